@@ -1,0 +1,54 @@
+# decodelab — the two commands of the README, and the GPU-machine targets.
+#   make report    set up .venv, run every notebook (profile from the hardware), export the HTML
+#   make test      set up .venv, run the test suite (GPU tests skip without CUDA)
+#   make test-gpu  GPU-marked tests with the machine's own python3 (installs nothing)
+#   make bench-gpu reference measurements with the machine's own python3 (installs nothing)
+
+PYTHON     ?= python3
+VENV       := .venv
+VPY        := $(VENV)/bin/python
+STAMP      := $(VENV)/.decodelab-installed
+# CPU machines take the CPU build of torch first; the pyproject's range then installs nothing
+# more. Elsewhere set TORCH_INDEX=https://download.pytorch.org/whl/cpu to get the CPU build.
+TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
+PROFILE    ?=
+PIP        := $(VPY) -m pip install --quiet --disable-pip-version-check
+HAS_CUDA   := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
+
+.PHONY: setup report test test-gpu bench-gpu lint notebooks-sync clean-local
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+ifeq ($(HAS_CUDA),1)
+	$(PIP) "torch>=2.11,<2.14"
+else
+	$(PIP) "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+endif
+	$(PIP) -e ".[notebooks,reference,dev]"
+	$(VPY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+report: setup
+	$(VPY) -m decodelab report $(if $(PROFILE),--profile $(PROFILE))
+
+test: setup
+	$(VPY) -m pytest -q
+
+test-gpu:
+	PYTHONPATH=lib $(PYTHON) -m pytest -q -m gpu -p no:cacheprovider tests
+
+bench-gpu:
+	PYTHONPATH=lib $(PYTHON) -m decodelab bench all --profile gpu \
+	  --out data/reference/$$(PYTHONPATH=lib $(PYTHON) -c 'from decodelab.device import collect_info; print(collect_info().label)')
+
+lint: setup
+	$(VPY) -m ruff check lib tests notebooks
+
+notebooks-sync: setup
+	$(VPY) -m jupytext --sync notebooks/[0-9][0-9]_*.py
+
+clean-local:
+	rm -rf data/local/* && touch data/local/.gitkeep

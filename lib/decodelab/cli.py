@@ -1,0 +1,138 @@
+"""``python -m decodelab``: env, bench, run, report.
+
+Bad input (unknown phase, notebook, profile or parameter; a value of the wrong type or out of
+range) exits with code 2 and a message naming the value and what is allowed, before any
+measurement starts and before any file is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from decodelab import paths
+from decodelab.profiles import PROFILES, default_profile
+from decodelab.validate import ConfigError
+
+REPORT_FILE = "decodelab-report.html"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors: exit 2 with the usage line
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _check_profile(value: str | None) -> str:
+    if value is None:
+        return default_profile()
+    if value not in PROFILES:
+        raise ConfigError(f"unknown profile {value!r}; allowed: {', '.join(PROFILES)}")
+    return value
+
+
+def _cmd_env(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from decodelab.device import CalibrationConfig, calibrate, collect_info, has_cuda
+    from decodelab.results import to_frame
+
+    profile = _check_profile(args.profile)
+    info = to_frame([collect_info()]).T.rename(columns={0: "value"})
+    print(info.to_string())
+    if args.no_calibrate:
+        return 0
+    cfg = CalibrationConfig("smoke" if profile == "smoke" else ("gpu" if has_cuda() else "cpu"))
+    cal = to_frame(calibrate(cfg))
+    with pd.option_context("display.width", 160):
+        print(cal[["quantity", "value", "unit", "q1", "q3", "detail"]].to_string(index=False))
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from decodelab.bench import PHASES, run_all
+
+    profile = _check_profile(args.profile)
+    phases = list(PHASES) if args.phase == "all" else [args.phase]
+    for phase in phases:
+        if phase not in PHASES:
+            raise ConfigError(f"unknown phase {phase!r}; allowed: all, {', '.join(PHASES)}")
+    out = Path(args.out) if args.out else paths.local_dir()
+    return run_all(phases, profile, out)
+
+
+def _parse_params(pairs: list[list[str]] | None) -> dict[str, str]:
+    return {name: value for name, value in (pairs or [])}
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from decodelab import notebooks
+
+    name = notebooks.resolve(args.notebook)
+    overrides = _parse_params(args.param)
+    if args.profile is not None:
+        overrides["profile"] = _check_profile(args.profile)
+    notebooks.validate_parameters(name, overrides)  # exit 2 before anything runs
+    out = Path(args.out) if args.out else paths.local_dir() / "executed"
+    print(f"executed notebook: {notebooks.run(name, overrides, out)}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from decodelab import notebooks, report
+
+    profile = _check_profile(args.profile)
+    names = notebooks.available()
+    for name in names:  # validate every notebook's parameters before running any
+        notebooks.validate_parameters(name, {"profile": profile, "interactive": False})
+    out_dir = Path(args.out) if args.out else paths.local_dir() / "report"
+    t0 = time.perf_counter()
+    executed = []
+    for name in tqdm(names, desc="notebooks", unit="nb"):
+        executed.append(notebooks.run(name, {"profile": profile, "interactive": False},
+                                      out_dir / "executed", progress=False))
+    path = report.export(executed, out_dir / REPORT_FILE, profile)
+    print(f"report ({profile}, {time.perf_counter() - t0:.0f} s): {path.resolve()}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m decodelab", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = sub.add_parser("env", help="print device info and calibrations")
+    p.add_argument("--profile", help=f"one of {', '.join(PROFILES)} (default: from hardware)")
+    p.add_argument("--no-calibrate", action="store_true", help="only the device table")
+    p.set_defaults(func=_cmd_env)
+    p = sub.add_parser("bench", help="run a phase's measurements and write its result tables")
+    p.add_argument("phase", help="a phase name or 'all'")
+    p.add_argument("--profile", help=f"one of {', '.join(PROFILES)} (default: from hardware)")
+    p.add_argument("--out", help="output folder (default: data/local)")
+    p.set_defaults(func=_cmd_bench)
+    p = sub.add_parser("run", help="run one notebook through papermill")
+    p.add_argument("notebook", help="e.g. 00_environment, 00 or environment")
+    p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"))
+    p.add_argument("--profile", help=f"one of {', '.join(PROFILES)}")
+    p.add_argument("--out", help="folder for the executed notebook")
+    p.set_defaults(func=_cmd_run)
+    p = sub.add_parser("report", help="run every notebook and export one HTML report")
+    p.add_argument("--profile", help=f"one of {', '.join(PROFILES)} (default: from hardware)")
+    p.add_argument("--out", help="report folder (default: data/local/report)")
+    p.set_defaults(func=_cmd_report)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

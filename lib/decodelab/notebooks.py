@@ -1,0 +1,157 @@
+"""The notebook pipeline: find notebooks, validate parameters, run through papermill, export.
+
+The jupytext ``py:percent`` file ``notebooks/NN_name.py`` is the source; the paired ``.ipynb``
+is kept in sync for JupyterLab users. Runs build the notebook from the ``.py`` so the two can
+never disagree at run time. Each notebook's parameters are the fields of a params dataclass
+(``NOTEBOOK_PARAMS``) which validates them before anything runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from decodelab import paths
+from decodelab.validate import ConfigError
+
+NOTEBOOK_PARAMS: dict[str, str] = {
+    "00_environment": "decodelab.device:EnvironmentParams",
+    "01_dispatch": "decodelab.dispatch:NotebookParams",
+    "02_replay": "decodelab.replay:NotebookParams",
+    "03_persistent": "decodelab.persistent:NotebookParams",
+    "04_runtime": "decodelab.runtime.notebook:NotebookParams",
+    "05_report": "decodelab.layers:NotebookParams",
+}
+_NAME = re.compile(r"^\d\d_[a-z0-9_]+$")
+
+
+def available() -> list[str]:
+    """Notebook names (``NN_name``) that exist as jupytext sources, in order."""
+    return sorted(p.stem for p in paths.notebooks_dir().glob("*.py") if _NAME.match(p.stem))
+
+
+def resolve(name: str) -> str:
+    """Accept ``01_dispatch``, ``01`` or ``dispatch``; raise ConfigError listing the choices."""
+    names = available()
+    for full in names:
+        if name in (full, full[:2], full[3:], f"{full}.py", f"{full}.ipynb"):
+            return full
+    raise ConfigError(f"unknown notebook {name!r}; available: {', '.join(names) or '(none)'}")
+
+
+def source_path(name: str) -> Path:
+    return paths.notebooks_dir() / f"{name}.py"
+
+
+def read_notebook(name: str):
+    """The notebook built from its jupytext source."""
+    import jupytext
+
+    return jupytext.read(source_path(name))
+
+
+def parameter_defaults(name: str) -> dict[str, Any]:
+    """Names and default values of the ``parameters`` cell (plain literals only)."""
+    text = source_path(name).read_text()
+    match = re.search(r"^# %%.*tags=\[[^\]]*\"parameters\"[^\]]*\].*\n((?:(?!# %%).*\n)*)",
+                      text, flags=re.M)
+    if not match:
+        raise ConfigError(f"notebook {name!r} has no cell tagged 'parameters'")
+    defaults: dict[str, Any] = {}
+    for node in ast.parse(match.group(1)).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
+                node.targets[0], ast.Name):
+            defaults[node.targets[0].id] = ast.literal_eval(node.value)
+    return defaults
+
+
+def _coerce(name: str, key: str, raw: Any, default: Any) -> Any:
+    """Turn a command-line string into the default's type, or say what was expected."""
+    if not isinstance(raw, str) or isinstance(default, str) or default is None:
+        return raw
+    kind = type(default).__name__
+    try:
+        if isinstance(default, bool):
+            lowered = raw.lower()
+            if lowered not in ("true", "false", "1", "0"):
+                raise ValueError
+            return lowered in ("true", "1")
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+        if isinstance(default, list | tuple):
+            value = ast.literal_eval(raw)
+            if not isinstance(value, list | tuple):
+                raise ValueError
+            return list(value)
+    except (ValueError, SyntaxError):
+        raise ConfigError(f"notebook {name}: parameter {key}={raw!r} must be of type {kind} "
+                          f"(default {default!r})") from None
+    return raw
+
+
+def validate_parameters(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Merge overrides into the defaults, check names and types, build the params dataclass.
+
+    Returns the full parameter dict that papermill will inject. Raises ConfigError.
+    """
+    defaults = parameter_defaults(name)
+    unknown = [k for k in overrides if k not in defaults]
+    if unknown:
+        raise ConfigError(f"notebook {name}: unknown parameter {unknown[0]!r}; "
+                          f"allowed: {', '.join(defaults)}")
+    merged = dict(defaults)
+    for key, raw in overrides.items():
+        merged[key] = _coerce(name, key, raw, defaults[key])
+    params_cls = _params_class(name)
+    if params_cls is not None:
+        fields = {f.name for f in dataclasses.fields(params_cls)}
+        params_cls(**{k: v for k, v in merged.items() if k in fields})
+    return merged
+
+
+def _params_class(name: str):
+    target = NOTEBOOK_PARAMS.get(name)
+    if target is None:
+        return None
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def run(name: str, overrides: dict[str, Any], out_dir: Path, *, progress: bool = True) -> Path:
+    """Validate, then execute one notebook through papermill; return the executed notebook.
+
+    The executed notebook is written to a temporary file and moved into place only when the
+    run succeeds, so a failed run leaves no half-executed copy behind.
+    """
+    import nbformat
+    import papermill as pm
+
+    name = resolve(name)
+    params = validate_parameters(name, overrides)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / f"{name}.ipynb"
+        nbformat.write(read_notebook(name), src)
+        result = Path(tmp) / f"{name}.executed.ipynb"
+        pm.execute_notebook(str(src), str(result), parameters=params, kernel_name="python3",
+                            cwd=str(paths.notebooks_dir()), progress_bar=progress)
+        final = out_dir / f"{name}.ipynb"
+        shutil.move(str(result), final)
+    return final
+
+
+def sync_ipynb(name: str) -> Path:
+    """Write the paired ``.ipynb`` (no outputs) from the ``.py`` source."""
+    import jupytext
+
+    target = paths.notebooks_dir() / f"{name}.ipynb"
+    jupytext.write(read_notebook(name), target)
+    return target

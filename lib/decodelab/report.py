@@ -1,0 +1,66 @@
+"""Export executed notebooks as one self-contained HTML report (figures embedded, code hidden).
+
+Opens offline: every script or stylesheet the template would fetch from the network is removed
+(the figures are static PNGs embedded as data URIs; interactive widgets are a notebook feature,
+the report shows their static fallbacks).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import re
+from pathlib import Path
+
+from decodelab.device import collect_info
+from decodelab.results import _atomic_write
+
+_REMOTE_SCRIPT = re.compile(r"<script[^>]*\bsrc=\"https?://[^\"]*\"[^>]*>\s*</script>", re.I)
+_REMOTE_LINK = re.compile(r"<link[^>]*\bhref=\"https?://[^\"]*\"[^>]*>", re.I)
+
+
+def title_markdown(profile: str, names: list[str]) -> str:
+    info = collect_info()
+    device = info.gpu_name or f"CPU: {info.cpu_model}"
+    rows = [("profile", profile), ("device", device), ("torch", info.torch_version),
+            ("CUDA", info.cuda_version or "none"), ("driver", info.driver or "none"),
+            ("python", info.python_version), ("commit", info.git_commit),
+            ("generated (UTC)", dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"))]
+    table = "\n".join(f"| {k} | {html.escape(str(v))} |" for k, v in rows)
+    toc = "\n".join(f"{i + 1}. [{n}](#{n})" for i, n in enumerate(names))
+    return (f"# decodelab report\n\nWhere the time of iterative LLM decode goes, layer by layer.\n\n"
+            f"| | |\n|---|---|\n{table}\n\n## Contents\n\n{toc}\n")
+
+
+def merge(executed: list[Path], profile: str):
+    """One notebook: a title page, then each executed notebook behind an anchor."""
+    import nbformat
+
+    names = [p.stem for p in executed]
+    merged = nbformat.v4.new_notebook()
+    merged.cells.append(nbformat.v4.new_markdown_cell(title_markdown(profile, names)))
+    for path, name in zip(executed, names, strict=True):
+        nb = nbformat.read(path, as_version=4)
+        merged.cells.append(nbformat.v4.new_markdown_cell(f'<a id="{name}"></a>\n\n---'))
+        merged.cells.extend(c for c in nb.cells if "parameters" not in c.metadata.get("tags", [])
+                            and "injected-parameters" not in c.metadata.get("tags", []))
+    merged.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                     "language": "python"}
+    return merged
+
+
+def to_offline_html(notebook) -> str:
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(template_name="lab", exclude_input=True, exclude_input_prompt=True,
+                            exclude_output_prompt=True, embed_images=True)
+    body, _ = exporter.from_notebook_node(notebook)
+    body = _REMOTE_SCRIPT.sub("", body)
+    return _REMOTE_LINK.sub("", body)
+
+
+def export(executed: list[Path], out_file: Path, profile: str) -> Path:
+    """Write the report atomically and return its path."""
+    text = to_offline_html(merge(executed, profile))
+    _atomic_write(out_file, lambda fh: fh.write(text))
+    return out_file
