@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from decodelab import paths
-from decodelab.timing import TimingConfig, Timing, cuda_sync, summarize, time_cuda, time_host
 from decodelab.profiles import PROFILES
+from decodelab.timing import Timing, TimingConfig, cuda_sync, summarize, time_cuda, time_host
 from decodelab.validate import check_choice
 
 
