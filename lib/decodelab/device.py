@@ -262,10 +262,12 @@ class EnvironmentParams:
     """Parameters of notebook 00_environment."""
 
     profile: str = "cpu"
+    interactive: bool = True
     calibrate_live: bool = True
 
     def __post_init__(self) -> None:
         check_choice("00_environment", "profile", self.profile, PROFILES)
+        check_choice("00_environment", "interactive", self.interactive, (True, False))
         check_choice("00_environment", "calibrate_live", self.calibrate_live, (True, False))
 
     @property

@@ -17,6 +17,9 @@ from decodelab.results import _atomic_write
 
 _REMOTE_SCRIPT = re.compile(r"<script[^>]*\bsrc=\"https?://[^\"]*\"[^>]*>\s*</script>", re.I)
 _REMOTE_LINK = re.compile(r"<link[^>]*\bhref=\"https?://[^\"]*\"[^>]*>", re.I)
+# Inline scripts that would import from the network (the template's MathJax/mermaid loaders).
+_FETCHING_SCRIPT = re.compile(r"<script\b[^>]*>(?:(?!</script>).)*?https?://(?:(?!</script>).)*</script>",
+                              re.I | re.S)
 
 
 def title_markdown(profile: str, names: list[str]) -> str:
@@ -25,7 +28,7 @@ def title_markdown(profile: str, names: list[str]) -> str:
     rows = [("profile", profile), ("device", device), ("torch", info.torch_version),
             ("CUDA", info.cuda_version or "none"), ("driver", info.driver or "none"),
             ("python", info.python_version), ("commit", info.git_commit),
-            ("generated (UTC)", dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"))]
+            ("generated (UTC)", dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M"))]
     table = "\n".join(f"| {k} | {html.escape(str(v))} |" for k, v in rows)
     toc = "\n".join(f"{i + 1}. [{n}](#{n})" for i, n in enumerate(names))
     return (f"# decodelab report\n\nWhere the time of iterative LLM decode goes, layer by layer.\n\n"
@@ -55,8 +58,9 @@ def to_offline_html(notebook) -> str:
     exporter = HTMLExporter(template_name="lab", exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True, embed_images=True)
     body, _ = exporter.from_notebook_node(notebook)
-    body = _REMOTE_SCRIPT.sub("", body)
-    return _REMOTE_LINK.sub("", body)
+    for pattern in (_REMOTE_SCRIPT, _FETCHING_SCRIPT, _REMOTE_LINK):
+        body = pattern.sub("", body)
+    return body
 
 
 def export(executed: list[Path], out_file: Path, profile: str) -> Path:
