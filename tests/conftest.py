@@ -6,6 +6,14 @@ import pytest
 import torch
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _figures_to_tmp(tmp_path_factory):
+    """Figures exported during tests go to a temporary folder, never into figures/."""
+    import os
+
+    os.environ["DECODELAB_FIGURES"] = str(tmp_path_factory.mktemp("figures"))
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

@@ -37,7 +37,9 @@ def local_dir() -> Path:
 
 
 def figures_dir() -> Path:
-    return repo_root() / "figures"
+    """Where notebooks export figures. ``DECODELAB_FIGURES`` overrides (tests use a tmp dir)."""
+    env = os.environ.get("DECODELAB_FIGURES")
+    return Path(env).resolve() if env else repo_root() / "figures"
 
 
 def notebooks_dir() -> Path:

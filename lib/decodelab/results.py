@@ -89,7 +89,7 @@ def write_table(name: str, rows: pd.DataFrame | Iterable[Any], *, out_dir: Path 
         "columns": list(frame.columns),
         "rows": len(frame),
         "profile": profile,
-        "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "device": _plain(info),
         "config": _plain(config),
     }
