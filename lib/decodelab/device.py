@@ -60,6 +60,12 @@ def _cpu_model() -> str:
 
 
 def _git_commit() -> str:
+    """The checkout's commit (+dirty); ``DECODELAB_GIT_COMMIT`` names it where .git is absent
+    (e.g. a copied working tree on a lent GPU machine)."""
+    import os
+
+    if os.environ.get("DECODELAB_GIT_COMMIT"):
+        return os.environ["DECODELAB_GIT_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=paths.repo_root(),
                              capture_output=True, text=True, timeout=5)
