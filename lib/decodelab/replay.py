@@ -1,0 +1,275 @@
+"""Phase 2: what a CUDA-graph replay costs, and multi-step capture of the toy step.
+
+Two measurements, both on a CUDA GPU (graphs do not exist on the CPU backend):
+
+- ``replay_nodes``: a graph of n tiny kernels (an in-place add on one element) replayed back to
+  back, and the same n kernels launched eagerly: wall, host-CPU and device time per replay (per
+  call of n launches for eager), n = 1, 2, 4 ... 1024. Fitted by :mod:`decodelab.replay_fit`.
+- ``replay_multistep``: K toy steps captured in one graph (state chained on the device), replayed
+  N/K times per sample: wall, host and device time per step. Variant ``none`` replays back to
+  back; variant ``readout`` also copies the K tokens to pinned host memory after every replay and
+  waits for them, as a server that streams tokens to clients must.
+
+Every K-step graph is checked against K eager steps (exact tokens, states within tolerance)
+before it is timed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from decodelab import graphs, toy
+from decodelab.profiles import PROFILES
+from decodelab.timing import Timing, TimingConfig, auto_inner, cuda_sync, summarize, time_cuda
+from decodelab.validate import (
+    ConfigError,
+    check_choice,
+    check_float,
+    check_int,
+    check_power_of_two_list,
+)
+
+VARIANTS = ("none", "readout")
+MAX_NODES = 4096
+MAX_K = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayConfig:
+    """Sizes of the phase-2 sweeps. Every K must divide ``steps_per_sample`` (N)."""
+
+    node_counts: tuple[int, ...] = tuple(1 << i for i in range(11))  # 1 .. 1024
+    k_values: tuple[int, ...] = tuple(1 << i for i in range(9))  # 1 .. 256
+    configs: tuple[str, ...] = ("ultra-light", "h256", "medium")
+    steps_per_sample: int = 512
+    repeats: int = 20
+    warmup: int = 2
+    node_sample_ms: float = 4.0  # target wall time of one node-benchmark sample
+
+    def __post_init__(self) -> None:
+        owner = "ReplayConfig"
+        check_power_of_two_list(owner, "node_counts", list(self.node_counts), 1, MAX_NODES)
+        check_power_of_two_list(owner, "k_values", list(self.k_values), 1, MAX_K)
+        for name in ("node_counts", "k_values"):
+            values = getattr(self, name)
+            if len(set(values)) < 3:
+                raise ConfigError(f"{owner}.{name}={list(values)!r}: needs at least 3 distinct "
+                                  "values (a line fit with a confidence interval)")
+        check_int(owner, "steps_per_sample", self.steps_per_sample, 1, 1 << 20)
+        for k in self.k_values:
+            if self.steps_per_sample % k:
+                raise ConfigError(f"{owner}.k_values: K={k} does not divide steps_per_sample="
+                                  f"{self.steps_per_sample} (each sample replays N/K graphs)")
+        if not self.configs:
+            raise ConfigError(f"{owner}.configs: must name at least one toy config")
+        for name in self.configs:
+            check_choice(owner, "configs[]", name, tuple(toy.NAMED_CONFIGS))
+        check_int(owner, "repeats", self.repeats, 3, 10_000)
+        check_int(owner, "warmup", self.warmup, 0, 10_000)
+        check_float(owner, "node_sample_ms", self.node_sample_ms, 0.0, 1e4, low_open=True)
+
+    @classmethod
+    def for_profile(cls, profile: str) -> ReplayConfig:
+        check_choice("ReplayConfig", "profile", profile, PROFILES)
+        if profile == "smoke":
+            return cls(node_counts=(1, 2, 4, 8), k_values=(1, 2, 4, 8), configs=("ultra-light",),
+                       steps_per_sample=16, repeats=3, warmup=1, node_sample_ms=0.5)
+        if profile == "cpu":
+            return cls(node_counts=tuple(1 << i for i in range(9)),
+                       k_values=tuple(1 << i for i in range(7)), configs=("ultra-light", "h256"),
+                       steps_per_sample=128, repeats=7, warmup=1, node_sample_ms=2.0)
+        return cls()
+
+
+def require_cuda() -> None:
+    if not torch.cuda.is_available():
+        raise ConfigError("the replay bench needs a CUDA GPU (CUDA graphs); none is visible "
+                          "to torch. The notebook shows the shipped reference results instead.")
+
+
+def _stats(prefix: str, samples, scale: float) -> dict[str, float]:
+    s = summarize(samples).scaled(scale)
+    return {prefix: s.median, f"{prefix}_q1": s.q1, f"{prefix}_q3": s.q3,
+            f"{prefix}_ci_low": s.ci_low, f"{prefix}_ci_high": s.ci_high}
+
+
+def _timing_columns(t: Timing, scale: float, suffix: str = "") -> dict[str, float]:
+    """wall/host/device medians, quartiles and CIs in µs, times ``scale`` per call."""
+    out = {}
+    for name, samples in (("wall", t.wall), ("host", t.host), ("device", t.device)):
+        out |= _stats(f"{name}_us{suffix}", samples, 1e6 * scale)
+    return out
+
+
+# --------------------------------------------------------------------------- replay vs nodes
+
+
+def graph_of_adds(n: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """A graph of ``n`` in-place adds on one fp32 element (n dependent tiny kernels)."""
+    check_int("graph_of_adds", "n", n, 1, MAX_NODES)
+    require_cuda()
+    x = torch.zeros(1, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        x.add_(1.0)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(n):
+            x.add_(1.0)
+    return graph, x
+
+
+def _check_adds(graph: torch.cuda.CUDAGraph, x: torch.Tensor, n: int) -> None:
+    x.zero_()
+    graph.replay()
+    if float(x.item()) != float(n):
+        raise RuntimeError(f"graph of {n} adds produced {x.item()}, expected {n}")
+
+
+def _time_point(fn, cfg: ReplayConfig) -> tuple[Timing, int]:
+    inner = auto_inner(fn, target_s=cfg.node_sample_ms * 1e-3, sync=cuda_sync)
+    return time_cuda(fn, TimingConfig(cfg.warmup, cfg.repeats, inner)), inner
+
+
+def measure_nodes(cfg: ReplayConfig) -> list[dict]:
+    """Rows of table ``replay_nodes``: per graph replay / per call of n eager launches."""
+    require_cuda()
+    rows = []
+    for n in cfg.node_counts:
+        graph, x = graph_of_adds(n)
+        _check_adds(graph, x, n)
+        t, inner = _time_point(graph.replay, cfg)
+        rows.append({"kind": "graph", "n_kernels": n, "inner": inner, "repeats": cfg.repeats,
+                     **_timing_columns(t, 1.0)})
+        del graph
+
+        def eager(n: int = n, x: torch.Tensor = x) -> None:
+            for _ in range(n):
+                x.add_(1.0)
+
+        t, inner = _time_point(eager, cfg)
+        rows.append({"kind": "eager", "n_kernels": n, "inner": inner, "repeats": cfg.repeats,
+                     **_timing_columns(t, 1.0)})
+    return rows
+
+
+# --------------------------------------------------------------------------- multi-step capture
+
+
+def validate_captured(weights: toy.ToyWeights, starts: list[torch.Tensor],
+                      captured: graphs.CapturedSteps) -> float:
+    """A replay from each start state must give exactly the tokens of K eager steps, and states
+    within tolerance (several starts prove no state was frozen at capture). Returns the largest
+    state error; raises RuntimeError on a mismatch."""
+    k = captured.k_steps
+    worst = 0.0
+    for start in starts:
+        captured.reset(start)
+        captured.replay()
+        ref = toy.run_eager(weights, start, k)
+        got = captured.state.tokens
+        if not torch.equal(got, ref.tokens):
+            bad = int((got != ref.tokens).any(dim=1).nonzero()[0])
+            raise RuntimeError(f"K={k}: graph token differs from eager at step {bad}")
+        err = float((captured.state.x - ref.states[-1]).abs().max())
+        tol = toy.state_tolerance(ref.states[-1], start.dtype)
+        if err > tol:
+            raise RuntimeError(f"K={k}: graph state differs from eager by {err:.3g} > {tol:.3g}")
+        worst = max(worst, err)
+    return worst
+
+
+def _readout(captured: graphs.CapturedSteps):
+    """Replay, copy the K tokens into pinned host memory, wait until the host has them."""
+    host = torch.empty(captured.state.tokens.shape, dtype=torch.int64, pin_memory=True)
+    done = torch.cuda.Event()
+
+    def replay_and_read() -> None:
+        captured.replay()
+        host.copy_(captured.state.tokens, non_blocking=True)
+        done.record()
+        done.synchronize()
+
+    return replay_and_read
+
+
+def measure_multistep(cfg: ReplayConfig, name: str) -> list[dict]:
+    """Rows of table ``replay_multistep`` for one named toy config."""
+    require_cuda()
+    tc = toy.named(name)
+    weights = toy.make_weights(tc, "cuda")
+    x0 = toy.initial_state(tc, "cuda")
+    starts = [x0, toy.initial_state(tc, "cuda", seed=tc.seed + 1000)]
+    rows = []
+    for k in cfg.k_values:
+        t0 = time.perf_counter()
+        captured = graphs.CapturedSteps(weights, x0, k)
+        torch.cuda.synchronize()
+        capture_s = time.perf_counter() - t0
+        err = validate_captured(weights, starts, captured)
+        replays = cfg.steps_per_sample // k
+        for variant in VARIANTS:
+            fn = captured.replay if variant == "none" else _readout(captured)
+            captured.reset(x0)
+            t = time_cuda(fn, TimingConfig(cfg.warmup, cfg.repeats, replays))
+            rows.append({
+                "config": name, "hidden": tc.hidden, "layers": tc.layers, "batch": tc.batch,
+                "vocab": tc.vocab, "dtype": tc.dtype, "variant": variant, "k_steps": k,
+                "steps_per_sample": cfg.steps_per_sample, "replays_per_sample": replays,
+                "repeats": cfg.repeats, **_timing_columns(t, 1.0 / k, "_per_step"),
+                "wall_us_per_replay": summarize(t.wall).median * 1e6,
+                "capture_s": capture_s, "validated": True, "max_state_err": err,
+            })
+        del captured
+        torch.cuda.empty_cache()
+    return rows
+
+
+# --------------------------------------------------------------------------- bench and notebook
+
+
+def bench(profile: str, out_dir: Path) -> list[Path]:
+    """``python -m decodelab bench replay``: tables ``replay_nodes`` and ``replay_multistep``."""
+    from decodelab.replay_fit import fit_multistep, fit_nodes
+    from decodelab.results import write_table
+
+    cfg = ReplayConfig.for_profile(profile)
+    require_cuda()
+    t0 = time.perf_counter()
+    nodes = measure_nodes(cfg)
+    multi = [row for name in cfg.configs for row in measure_multistep(cfg, name)]
+    print(f"[replay] measured in {time.perf_counter() - t0:.1f} s", flush=True)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        cols = ["kind", "metric", "intercept", "slope", "slope_ci_low", "slope_ci_high", "r2"]
+        print(fit_nodes(pd.DataFrame(nodes))[cols].to_string(index=False), flush=True)
+        cols = ["config", "variant", "t_step_us", "t_replay_us", "r2", "k_2pct", "k_max_rel_dev"]
+        print(fit_multistep(pd.DataFrame(multi))[cols].to_string(index=False), flush=True)
+    return [write_table("replay_nodes", nodes, out_dir=out_dir, config=cfg, profile=profile),
+            write_table("replay_multistep", multi, out_dir=out_dir, config=cfg, profile=profile)]
+
+
+@dataclass(frozen=True, slots=True)
+class NotebookParams:
+    """Parameters of notebook 02_replay."""
+
+    profile: str = "cpu"
+    interactive: bool = True
+    measure_live: bool = True  # measure on this machine when it has a CUDA GPU
+    p_stop: float = 0.01  # stop probability per step in the trade-off figures
+    sim_requests: int = 20000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_choice("02_replay", "profile", self.profile, PROFILES)
+        check_choice("02_replay", "interactive", self.interactive, (True, False))
+        check_choice("02_replay", "measure_live", self.measure_live, (True, False))
+        check_float("02_replay", "p_stop", self.p_stop, 0.0, 1.0, low_open=True)
+        check_int("02_replay", "sim_requests", self.sim_requests, 1, 10**7)
+        check_int("02_replay", "seed", self.seed, 0, 2**32 - 1)
