@@ -1,0 +1,123 @@
+"""The inputs of one decode step: static device buffers filled from pinned host mirrors.
+
+Everything that changes per step (which slot a row reads its last token from, its position,
+the cache slot it writes, its block table, its context length, its sampling parameters and
+its uniform) is written on the host into a pinned buffer and copied to the device with one
+asynchronous copy per buffer; nothing is allocated on the device in the loop. Two pinned
+mirrors alternate: the engine waits for step t-1's outputs before it fills step t+1's inputs,
+so the copy that last read a mirror has finished before the host writes it again.
+
+Padding rows (up to the graph bucket) read and write the spare slot ``num_slots``, write
+cache slot -1 (nothing) and attend to one position of the scratch block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from decodelab.runtime.requests import Sequence
+from decodelab.runtime.sampling import RowParams, row_uniforms
+
+INT_FIELDS = ("slot", "position", "slot_mapping", "context_len", "top_k")
+FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition", "presence", "frequency", "uniform")
+
+
+@dataclass(frozen=True, slots=True)
+class StepInputs:
+    """Device views (B = bucket rows) handed to the model and the sampler."""
+
+    input_ids: torch.Tensor  # (B,) int64
+    positions: torch.Tensor  # (B,) int64
+    slot_mapping: torch.Tensor  # (B,) int64, -1 = padding
+    block_tables: torch.Tensor  # (B, max_blocks) int32
+    context_lens: torch.Tensor  # (B,) int64 (int32 view in context_lens32)
+    context_lens32: torch.Tensor
+    params: RowParams
+
+
+def prefill_params(rows: list[Sequence], device: torch.device) -> RowParams:
+    """Sampling inputs of a prefill batch (admission steps only, so fresh tensors are fine)."""
+    f = np.array([(s.params.temperature, s.params.top_p, s.params.min_p,
+                   s.params.repetition_penalty, s.params.presence_penalty,
+                   s.params.frequency_penalty) for s in rows], dtype=np.float32).T
+    u = row_uniforms(np.array([s.seed for s in rows]), np.array([s.launched for s in rows]))
+    ints = torch.tensor([[s.params.top_k for s in rows], [s.slot for s in rows]], device=device)
+    ft = torch.from_numpy(np.concatenate([f, u[None, :]])).to(device)
+    return RowParams(temperature=ft[0], top_k=ints[0], top_p=ft[1], min_p=ft[2],
+                     repetition=ft[3], presence=ft[4], frequency=ft[5], uniform=ft[6],
+                     slot=ints[1])
+
+
+class StaticBatch:
+    """Preallocated step inputs for up to ``max_rows`` rows (the largest bucket)."""
+
+    def __init__(self, max_rows: int, max_blocks: int, num_slots: int, block_size: int,
+                 scratch_block: int, device: torch.device) -> None:
+        self.max_rows, self.max_blocks, self.block_size = max_rows, max_blocks, block_size
+        self.spare_slot, self.scratch_block = num_slots, scratch_block
+        self.device = device
+        pin = device.type == "cuda"
+        shape_i, shape_f = (len(INT_FIELDS), max_rows), (len(FLOAT_FIELDS), max_rows)
+        self.host_i = [torch.zeros(shape_i, dtype=torch.int64, pin_memory=pin) for _ in range(2)]
+        self.host_f = [torch.zeros(shape_f, dtype=torch.float32, pin_memory=pin) for _ in range(2)]
+        self.host_bt = [torch.zeros(max_rows, max_blocks, dtype=torch.int32, pin_memory=pin)
+                        for _ in range(2)]
+        self.dev_i = torch.zeros(shape_i, dtype=torch.int64, device=device)
+        self.dev_f = torch.zeros(shape_f, dtype=torch.float32, device=device)
+        self.dev_bt = torch.zeros(max_rows, max_blocks, dtype=torch.int32, device=device)
+        self.dev_ids = torch.zeros(max_rows, dtype=torch.int64, device=device)
+        self.dev_ctx32 = torch.zeros(max_rows, dtype=torch.int32, device=device)
+        # last sampled token per slot (+ the spare slot of padding rows)
+        self.last_token = torch.zeros(num_slots + 1, dtype=torch.int64, device=device)
+        self._flip = 0
+
+    def prepare(self, rows: list[Sequence], bucket: int, *, static: bool = True) -> StepInputs:
+        """Fill the next mirror for ``rows`` (padded to ``bucket``) and start its copy."""
+        k = self._flip
+        self._flip ^= 1
+        hi, hf, hbt = self.host_i[k].numpy(), self.host_f[k].numpy(), self.host_bt[k].numpy()
+        n = len(rows)
+        bs = self.block_size
+        seeds = np.empty(n, dtype=np.int64)
+        counters = np.empty(n, dtype=np.int64)
+        for r, seq in enumerate(rows):
+            pos = seq.context_launched - 1  # the last launched token is this step's input
+            p = seq.params
+            blk = seq.blocks[pos // bs]
+            hi[:, r] = (seq.slot, pos, blk * bs + pos % bs, pos + 1, p.top_k)
+            hf[:6, r] = (p.temperature, p.top_p, p.min_p, p.repetition_penalty,
+                         p.presence_penalty, p.frequency_penalty)
+            hbt[r, :len(seq.blocks)] = seq.blocks
+            hbt[r, len(seq.blocks):] = self.scratch_block
+            seeds[r], counters[r] = seq.seed, seq.launched
+        hf[6, :n] = row_uniforms(seeds, counters)
+        # padding rows
+        hi[:, n:bucket] = np.array([self.spare_slot, 0, -1, 1, 0])[:, None]
+        hf[:, n:bucket] = np.array([0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.5])[:, None]
+        hbt[n:bucket] = self.scratch_block
+        if static:
+            self.dev_i[:, :bucket].copy_(self.host_i[k][:, :bucket], non_blocking=True)
+            self.dev_f[:, :bucket].copy_(self.host_f[k][:, :bucket], non_blocking=True)
+            self.dev_bt[:bucket].copy_(self.host_bt[k][:bucket], non_blocking=True)
+            dev_i, dev_f, dev_bt = self.dev_i, self.dev_f, self.dev_bt
+            ids, ctx32 = self.dev_ids[:bucket], self.dev_ctx32[:bucket]
+            torch.index_select(self.last_token, 0, dev_i[0, :bucket], out=ids)
+            ctx32.copy_(dev_i[3, :bucket])
+        else:  # the naive way: fresh device tensors every step
+            dev_i = torch.tensor(hi[:, :bucket], device=self.device)
+            dev_f = torch.tensor(hf[:, :bucket], device=self.device)
+            dev_bt = torch.tensor(hbt[:bucket], device=self.device)
+            ids = self.last_token[dev_i[0]]
+            ctx32 = dev_i[3].to(torch.int32)
+        return self._views(dev_i, dev_f, dev_bt, ids, ctx32, bucket)
+
+    @staticmethod
+    def _views(dev_i, dev_f, dev_bt, ids, ctx32, b: int) -> StepInputs:
+        params = RowParams(temperature=dev_f[0, :b], top_k=dev_i[4, :b], top_p=dev_f[1, :b],
+                           min_p=dev_f[2, :b], repetition=dev_f[3, :b], presence=dev_f[4, :b],
+                           frequency=dev_f[5, :b], uniform=dev_f[6, :b], slot=dev_i[0, :b])
+        return StepInputs(ids, dev_i[1, :b], dev_i[2, :b], dev_bt[:b], dev_i[3, :b], ctx32,
+                          params)

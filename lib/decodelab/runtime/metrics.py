@@ -1,0 +1,86 @@
+"""What the engine measures about itself: a per-step breakdown, errors by class, request latency.
+
+Phases of one step (host clock, seconds):
+
+    schedule  the scheduler's plan and applying it to the block pool
+    prepare   filling the step's inputs (pinned mirrors, one async copy each) and prefill inputs
+    forward   issuing the model: prefill and the decode graph replay (or eager decode)
+    sample    issuing the sampler, the last-token scatter and the penalty update
+    update    starting the device->host copy of the tokens and recording its event
+    emit      processing the previous step's tokens: stop checks, streaming, retiring
+    sync_wait the part of ``emit`` spent blocked on the device (a synchronisation stall)
+
+With ``sync_phases`` the engine synchronises the device after every phase, so each phase
+includes its device time (a diagnostic mode: the pipeline no longer overlaps).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import asdict, dataclass
+
+PHASES = ("schedule", "prepare", "forward", "sample", "update", "emit")
+
+
+@dataclass(slots=True)
+class StepRecord:
+    step: int
+    batch: int  # decode rows
+    bucket: int  # decode rows after padding to the graph bucket (0: no decode this step)
+    prefill_rows: int
+    prefill_tokens: int
+    schedule: float = 0.0
+    prepare: float = 0.0
+    forward: float = 0.0
+    sample: float = 0.0
+    update: float = 0.0
+    emit: float = 0.0
+    sync_wait: float = 0.0
+    wall: float = 0.0  # host clock from the start of this step to the start of the next
+
+    @property
+    def host(self) -> float:
+        """Host time of the step outside the forward pass and outside stalls."""
+        return (self.schedule + self.prepare + self.sample + self.update + self.emit
+                - self.sync_wait)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    request_id: str
+    status: str
+    finish_reason: str
+    prompt_tokens: int
+    output_tokens: int
+    preemptions: int
+    ttft_s: float  # arrival -> first token seen by the host (NaN if none)
+    tpot_s: float  # (last token - first token) / (tokens - 1) (NaN under two tokens)
+    e2e_s: float
+
+
+class Metrics:
+    """Per-step records (the last ``keep_steps``), per-request records, errors by class."""
+
+    def __init__(self, keep_steps: int = 100_000, keep_requests: int = 100_000) -> None:
+        self.steps: deque[StepRecord] = deque(maxlen=keep_steps)
+        self.requests: deque[RequestRecord] = deque(maxlen=keep_requests)
+        self.errors: Counter[str] = Counter()  # error class -> count
+        self.outcomes: Counter[str] = Counter()  # finished / aborted / failed
+        self.tokens_out = 0
+
+    def error(self, kind: str) -> None:
+        self.errors[kind] += 1
+
+    def step_rows(self) -> list[dict]:
+        rows = []
+        for r in self.steps:
+            row = asdict(r)
+            row["host"] = r.host
+            rows.append(row)
+        return rows
+
+    def request_rows(self) -> list[dict]:
+        return [asdict(r) for r in self.requests]
+
+    def error_rows(self) -> list[dict]:
+        return [{"error_class": k, "count": v} for k, v in sorted(self.errors.items())]

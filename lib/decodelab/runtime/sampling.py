@@ -1,0 +1,155 @@
+"""One batched sampler, per-row parameters held in device tensors, no host synchronisation.
+
+Per row (one request): penalties, then greedy (exact argmax) or temperature -> top-k -> top-p
+-> min-p -> inverse-CDF draw. The filters are all *prefix* masks of the candidates sorted by
+logit, so one cumulative sum of ``exp(logit - max)`` serves them all and the draw:
+
+    e_j   = exp((z_j - z_0) / T)              candidates sorted, z_0 the row maximum
+    c_j   = e_0 + ... + e_j                   (one cumsum; prefix values do not depend on how
+                                               many candidates follow, i.e. on the batch mix)
+    keep  = j < top_k  and  c_j - e_j < top_p * c_{k-1}  and  e_j >= min_p
+    token = candidate[#{j < n_keep : c_j < u * c_{n_keep-1}}]
+
+The uniform ``u`` of a row is a counter-based hash of (request seed, index of the token in the
+request's output), computed on the host with the row's other inputs (:func:`row_uniforms`):
+a request's random stream is the same whatever else shares its batch, and drawing it needs no
+generator state on the device and no synchronisation.
+
+Candidates come from partial selection (``torch.topk`` with the batch's largest top-k rounded
+up to a power of two) when every sampling row has a top-k, else from a full sort; both are
+timed by ``bench_engine``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+_M32 = np.uint64(0xFFFFFFFF)
+
+
+def _mix32(x: np.ndarray) -> np.ndarray:
+    """A 32-bit integer avalanche hash (uint64 lanes holding 32-bit values)."""
+    x = ((x >> np.uint64(16)) ^ x) * np.uint64(0x45D9F3B) & _M32
+    x = ((x >> np.uint64(16)) ^ x) * np.uint64(0x45D9F3B) & _M32
+    return (x >> np.uint64(16)) ^ x
+
+
+def row_uniforms(seeds: np.ndarray, counters: np.ndarray) -> np.ndarray:
+    """Uniforms in (0, 1), float32, one per row, a pure function of (seed, counter)."""
+    s = seeds.astype(np.uint64)
+    c = counters.astype(np.uint64)
+    h = _mix32((s & _M32) ^ _mix32((s >> np.uint64(32)) ^ np.uint64(0x9E3779B9)))
+    h = _mix32(h ^ _mix32((c & _M32) ^ np.uint64(0x85EBCA6B)))
+    h = _mix32(h ^ (c >> np.uint64(32)))
+    return (((h >> np.uint64(8)).astype(np.float64) + 0.5) / 2.0**24).astype(np.float32)
+
+
+@dataclass(frozen=True, slots=True)
+class SamplerMode:
+    """What the host knows about a batch's rows without looking at the device."""
+
+    all_greedy: bool
+    penalties: bool
+    k_cand: int  # candidates by partial selection; 0 = full sort
+
+
+def choose_mode(greedy: list[bool], top_k: list[int], penalties: list[bool], vocab: int,
+                max_partial: int = 1024) -> SamplerMode:
+    sampling_k = [k for g, k in zip(greedy, top_k, strict=True) if not g]
+    all_greedy = not sampling_k
+    k_cand = 0
+    if sampling_k and min(sampling_k) > 0:
+        k = 1 << (max(sampling_k) - 1).bit_length()  # a few shapes, not one per top-k value
+        k_cand = min(k, vocab) if k <= max_partial else 0
+    return SamplerMode(all_greedy, any(penalties), k_cand)
+
+
+@dataclass(slots=True)
+class RowParams:
+    """Per-row sampling inputs on the device, (B,) each (views of the engine's static buffers)."""
+
+    temperature: torch.Tensor  # float32; 0 = greedy
+    top_k: torch.Tensor  # int64; 0 = off
+    top_p: torch.Tensor  # float32
+    min_p: torch.Tensor  # float32
+    repetition: torch.Tensor  # float32
+    presence: torch.Tensor  # float32
+    frequency: torch.Tensor  # float32
+    uniform: torch.Tensor  # float32, from row_uniforms
+    slot: torch.Tensor  # int64 row -> slot of the penalty tables
+
+
+@dataclass(slots=True)
+class PenaltyState:
+    """Token statistics per slot for the penalties: (S, V) each."""
+
+    counts: torch.Tensor  # int32: occurrences in the output
+    in_prompt: torch.Tensor  # bool
+
+    @classmethod
+    def empty(cls, num_slots: int, vocab: int, device: torch.device) -> PenaltyState:
+        return cls(torch.zeros(num_slots, vocab, dtype=torch.int32, device=device),
+                   torch.zeros(num_slots, vocab, dtype=torch.bool, device=device))
+
+    def reset_slot(self, slot: int, prompt: torch.Tensor, output: torch.Tensor) -> None:
+        """Rebuild one slot from a (re)admitted request's tokens (device int64 tensors)."""
+        self.counts[slot].zero_()
+        self.in_prompt[slot].zero_()
+        self.in_prompt[slot].index_fill_(0, prompt, True)
+        if output.numel():
+            self.counts[slot].index_add_(0, output, torch.ones_like(output, dtype=torch.int32))
+
+    def record(self, slots: torch.Tensor, tokens: torch.Tensor) -> None:
+        """counts[slot_r, token_r] += 1 for every row (padding rows point at a spare slot)."""
+        self.counts.index_put_((slots, tokens), torch.ones_like(tokens, dtype=torch.int32),
+                               accumulate=True)
+
+
+def apply_penalties(z: torch.Tensor, p: RowParams, state: PenaltyState) -> torch.Tensor:
+    """z (B, V) float32 -> penalised copy."""
+    counts = state.counts.index_select(0, p.slot).to(torch.float32)  # (B, V)
+    seen = (counts > 0) | state.in_prompt.index_select(0, p.slot)
+    rep = p.repetition[:, None]
+    z = torch.where(seen, torch.where(z > 0, z / rep, z * rep), z)
+    return z - p.frequency[:, None] * counts - p.presence[:, None] * (counts > 0).to(z.dtype)
+
+
+def sample(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
+           penalties: PenaltyState | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits (B, V) -> (tokens (B,) int64, bad (B,) bool: a non-finite logit in the row)."""
+    bad = ~torch.isfinite(logits.sum(dim=-1, dtype=torch.float32))
+    z = logits
+    if mode.penalties and penalties is not None:
+        z = apply_penalties(z.float(), p, penalties)
+    greedy_tok = z.argmax(dim=-1)
+    if mode.all_greedy:
+        return greedy_tok.masked_fill_(bad, 0), bad
+    if mode.k_cand:
+        vals, idx = torch.topk(z, mode.k_cand, dim=-1, sorted=True)  # (B, K)
+    else:
+        vals, idx = torch.sort(z, dim=-1, descending=True)
+    tok = _draw(vals.float(), idx, p)
+    tokens = torch.where(p.temperature > 0, tok, greedy_tok)
+    return tokens.masked_fill_(bad, 0), bad
+
+
+def _draw(vals: torch.Tensor, idx: torch.Tensor, p: RowParams) -> torch.Tensor:
+    """vals/idx (B, K) sorted descending -> one token per row (see the module docstring)."""
+    n_cand = vals.shape[1]
+    inv_t = torch.where(p.temperature > 0, p.temperature, 1.0).reciprocal()[:, None]
+    e = torch.exp((vals - vals[:, :1]) * inv_t)  # (B, K), e[:, 0] == 1
+    k_eff = torch.where(p.top_k > 0, p.top_k.clamp(max=n_cand), n_cand)  # (B,)
+    pos = torch.arange(n_cand, device=vals.device)
+    keep_k = pos[None, :] < k_eff[:, None]
+    e = e.masked_fill(~keep_k, 0.0)
+    c = e.cumsum(dim=-1)
+    total_k = c.gather(1, (k_eff - 1)[:, None])  # (B, 1) mass after top-k
+    keep = keep_k & ((c - e) < p.top_p[:, None] * total_k) & (e >= p.min_p[:, None])
+    n_keep = keep.sum(dim=-1).clamp(min=1)  # the first candidate always stays
+    total = c.gather(1, (n_keep - 1)[:, None])
+    choice = (c < p.uniform[:, None] * total).sum(dim=-1)
+    choice = torch.minimum(choice, n_keep - 1)
+    return idx.gather(1, choice[:, None]).squeeze(1)
