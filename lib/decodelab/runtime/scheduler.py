@@ -104,7 +104,8 @@ class Scheduler:
         if preempt:
             # Recompute relieves pressure only if nothing new competes for the freed blocks.
             return Plan(tuple(decode), (), tuple(preempt))
-        return Plan(tuple(decode), tuple(self._admit(waiting, free, len(decode))), ())
+        # Rows hold a slot until their last token is processed, decoding or not.
+        return Plan(tuple(decode), tuple(self._admit(waiting, free, len(running))), ())
 
     def _admit(self, waiting: Seq[Sequence], free: int, rows: int) -> list[tuple[Sequence, int]]:
         cfg = self.config
