@@ -254,3 +254,19 @@ def test_graph_launches_once_per_step_on_gpu():
     assert graph.kernels_per_step >= 2 * toy.named("h256").layers
     assert graph.launches_per_step < eager.launches_per_step
     assert graph.device_us_per_step > 0
+
+
+@pytest.mark.slow
+def test_notebook_01_runs_in_smoke_profile(local_results, tmp_path, monkeypatch):
+    pytest.importorskip("papermill")
+    import nbformat
+
+    from decodelab import notebooks
+
+    monkeypatch.setenv("DECODELAB_FIGURES", str(tmp_path / "figures"))
+    path = notebooks.run("01_dispatch", {"profile": "smoke", "interactive": False},
+                         tmp_path / "executed", progress=False)
+    nb = nbformat.read(path, as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert (local_results / "dispatch.csv").exists()

@@ -17,7 +17,7 @@ import torch
 
 from decodelab import toy
 from decodelab.dispatch.check import check_against_eager
-from decodelab.dispatch.measure import measure
+from decodelab.dispatch.measure import measure, start_profiler
 from decodelab.dispatch.modes import make_step
 from decodelab.profiles import PROFILES
 from decodelab.validate import ConfigError, check_choice
@@ -158,6 +158,8 @@ def bench(profile: str, out_dir: Path) -> list[Path]:
     from decodelab.results import write_table
 
     plan = plan_for(profile)
+    if plan.device == "cuda":
+        start_profiler()
     with torch.no_grad():
         rows, failures = run(plan, log=lambda s: print(s, flush=True))
     written = [write_table(TABLE, rows, out_dir=out_dir, config=plan, profile=profile)] if rows else []

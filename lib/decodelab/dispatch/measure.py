@@ -93,6 +93,15 @@ def profile_counts(stepper: Stepper, n_steps: int, on_cuda: bool) -> ProfileCoun
                          len(launches) / n_steps)
 
 
+def start_profiler() -> None:
+    """Initialise the profiler (CUPTI) once, so its start-up cost stays out of the first point."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+        torch.ones(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+
+
 def measure(stepper: Stepper, *, on_cuda: bool, repeats: int, target_s: float,
             profile_steps: int, max_inner: int = 4096) -> StepCost:
     """Time ``stepper`` (already validated and warmed up), then profile it separately."""

@@ -113,7 +113,15 @@ class CompiledStep:
         def body(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             return toy.step(weights, x)  # weights are closed over: constant across calls
 
-        # A fresh dynamo cache per stepper: the closure differs per weights object anyway.
+        # One compiled step at a time: every stepper compiles ``body`` anew (its closure holds
+        # other weights), so clear the caches rather than pile up recompiles of one code object;
+        # setup_s is then a cold compile for every config and mode alike.
+        torch.compiler.reset()
+        if graphs:
+            # The weights never move: tell CUDAGraph Trees not to copy them in before each replay
+            # (only the state x, a fresh input every step, is copied into its static buffer).
+            for t in (weights.w, weights.b, weights.w_out, weights.embed):
+                torch._dynamo.mark_static_address(t, guard=False)
         self._fn = torch.compile(body, mode="reduce-overhead" if graphs else "default",
                                  dynamic=False)
         _sync(weights.device)

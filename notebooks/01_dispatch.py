@@ -1,0 +1,213 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Dispatch: how much of a decode step is the host issuing kernels?
+#
+# One toy decode step (L layers of `x = tanh(x W + b)`, an output projection, a greedy token
+# and a token-dependent state update, see `decodelab.toy`) runs in four dispatch modes through
+# one switch, `decodelab.dispatch.make_step`:
+#
+# - `eager`: plain PyTorch, one kernel launch per operation;
+# - `cuda_graph`: the step captured once as a CUDA graph over static buffers, one replay per step;
+# - `compile`: `torch.compile` default (Inductor fuses the elementwise work, no graphs);
+# - `compile_graphs`: `torch.compile(mode="reduce-overhead")` (fusion plus CUDA graphs).
+#
+# Every mode is first checked against eager over 100 chained steps and again after re-seeding
+# the state (exact tokens, states within a tolerance scaled to their magnitude); only then is it
+# timed. Per step we report **wall** time (host clock, one sync per sample), **host CPU** time of
+# the issuing thread, **device-busy** time (the union of kernel and copy intervals the profiler
+# records) and **kernels per step**; the GPU **idle fraction** is 1 − device-busy / wall.
+
+# %% tags=["parameters"]
+profile = "cpu"
+interactive = True
+measure_live = True
+
+# %%
+import pandas as pd
+from IPython.display import Markdown, display
+
+from decodelab import plots
+from decodelab.dispatch import (
+    SEED_CPU_REDUCTION,
+    TABLE,
+    NotebookParams,
+    crossovers,
+    graph_ratios,
+    nearest_point,
+    plan_for,
+    run,
+)
+from decodelab.plots import dispatch as figs
+from decodelab.results import has_table, load_table, write_table
+
+params = NotebookParams(profile=profile, interactive=interactive, measure_live=measure_live)
+plots.use_style()
+
+# %% [markdown]
+# ## Measure on this machine
+#
+# With CUDA, the profile's plan measures every mode; on a CPU only `eager` is real (CUDA graphs
+# need a GPU), so the CPU backend's per-operator host cost is measured instead. Results go to
+# `data/local/dispatch.csv` and are merged below with the shipped H200 reference.
+
+# %%
+if params.measure_live:
+    plan = plan_for(params.profile)
+    rows, failures = run(plan)
+    if rows:
+        write_table(TABLE, rows, config=plan, profile=params.profile)
+    if failures:
+        display(Markdown("**Points that failed validation or measurement:**\n\n"
+                         + "\n".join(f"- {f}" for f in failures)))
+table = load_table(TABLE) if has_table(TABLE) else pd.DataFrame()
+if table.empty:
+    display(Markdown("No dispatch results yet: run with `measure_live=True`, or "
+                     "`python -m decodelab bench dispatch` on a GPU."))
+else:
+    summary = table.groupby(["origin", "device", "backend"]).size().rename("rows").reset_index()
+    summary["source"] = summary["origin"].map(plots.origin_label)
+    display(summary)
+
+# %%
+gpu = table[table["backend"] == "cuda"] if not table.empty else table
+cpu = table[table["backend"] == "cpu"] if not table.empty else table
+gpu_origins = sorted(gpu["origin"].unique()) if not gpu.empty else []
+if not gpu_origins:
+    display(Markdown("**No GPU results are available here** (no shipped reference yet and no "
+                     "CUDA device): the GPU sections below are skipped; the CPU measurement "
+                     "further down is real."))
+else:
+    display(Markdown("GPU results shown below come from: "
+                     + ", ".join(plots.origin_label(o) for o in gpu_origins) + "."))
+
+# %% [markdown]
+# ## Where the time of one step goes, per mode
+#
+# For each named config, the left bar of each mode is the GPU's view of a step: the blue part is
+# device-busy time, the orange part is the rest of the wall time, when the GPU sat idle waiting
+# for work. The green bar beside it is the host CPU time spent issuing the step. A host-bound
+# step has a green bar as tall as the wall time and a mostly orange GPU bar; a device-bound step
+# is mostly blue.
+
+# %%
+for origin in gpu_origins:
+    fig = figs.stacked_bars(gpu[gpu["origin"] == origin])
+    plots.save(fig, f"dispatch_stacked_{origin.replace('/', '_')}")
+
+# %%
+if gpu_origins:
+    cols = ["origin", "config", "mode", "wall_us_per_step", "host_us_per_step",
+            "device_us_per_step", "kernels_per_step", "launches_per_step", "idle_fraction",
+            "setup_s"]
+    display(gpu[gpu["config"] != "sweep"][cols].round(2))
+
+# %% [markdown]
+# `kernels_per_step` counts device kernels executed per step; `launches_per_step` counts the
+# host's launch calls (a graph replay is one launch however many kernels it holds). `setup_s` is
+# the one-time capture or compile cost, kept apart from the steady state.
+#
+# ## The host-bound → device-bound crossover
+#
+# The sweep varies one factor at a time (hidden size H, layers L, batch B) around the `h256`
+# config. A step is host-bound while the host needs longer to issue it than the GPU is busy
+# running it. Green lines: host CPU per step; blue lines: device-busy per step; solid: eager,
+# dashed: CUDA graph. Grey vertical lines mark the crossover, interpolated on the log axis.
+
+# %%
+marks = crossovers(gpu) if gpu_origins else pd.DataFrame()
+for origin in gpu_origins:
+    fig = figs.crossover_figure(gpu[gpu["origin"] == origin],
+                                marks[marks["origin"] == origin])
+    plots.save(fig, f"dispatch_crossover_{origin.replace('/', '_')}")
+if not marks.empty:
+    display(marks.round(1))
+
+# %% [markdown]
+# ## Eager / graph: host CPU and wall time, against the seed's ~15x
+#
+# The layered study this project follows reported that a CUDA graph cut host CPU time per step
+# by about fifteen times on one SM75 GPU. The ratio depends on how many launches a step makes,
+# on the host's per-launch cost (CPU and driver speed) and on what the graph replay itself costs;
+# the wall ratio additionally shrinks as soon as the GPU's own work dominates.
+
+# %%
+ratios = graph_ratios(gpu) if gpu_origins else pd.DataFrame()
+if not ratios.empty:
+    fig = figs.ratio_figure(ratios, SEED_CPU_REDUCTION)
+    plots.save(fig, "dispatch_graph_ratios")
+    display(ratios.round(2))
+    lines = []
+    for _, r in ratios.iterrows():
+        lines.append(f"- **{r['config']}** ({plots.origin_label(r['origin'])}): host CPU "
+                     f"{r['host_ratio']:.1f}x lower with a graph, wall {r['wall_ratio']:.2f}x "
+                     f"(seed: ~{SEED_CPU_REDUCTION:g}x host CPU)")
+    display(Markdown("\n".join(lines)))
+
+# %% [markdown]
+# Why ours differs from the seed: eager issues one launch per operation (about 2L + 5 for this
+# step) and pays the PyTorch dispatcher, the caching allocator and the driver for each; a replay
+# is one launch whose host cost barely depends on the step's size. So the host-CPU ratio grows
+# with the number of kernels per step and with the per-launch cost of the host at hand, and is
+# bounded by the fixed cost of a replay call. The wall ratio only follows it while the step is
+# host-bound: past the crossover both modes wait for the same kernels.
+#
+# ## On this CPU: the eager per-operator host cost
+#
+# Without a GPU the host *is* the device, so there is no idle time to recover: what remains
+# measurable is how much a step costs per ATen operator call. These rows come from this machine.
+
+# %%
+if not cpu.empty:
+    per_op = cpu.assign(us_per_op=cpu["host_us_per_step"] / cpu["kernels_per_step"])
+    display(per_op[["origin", "config", "hidden", "layers", "batch", "wall_us_per_step",
+                    "host_us_per_step", "kernels_per_step", "us_per_op"]].round(2))
+    fig = figs.stacked_bars(cpu[cpu["config"] != "sweep"])
+    plots.save(fig, "dispatch_cpu_backend")
+else:
+    display(Markdown("No CPU-backend rows: run with `measure_live=True` on a CPU."))
+
+# %% [markdown]
+# ## Explorer
+#
+# Pick H, L and B: the nearest measured configuration (in log distance) is shown for every mode.
+# Under a batch run (`interactive=False`) or without ipywidgets, the base configuration is shown
+# as a static figure.
+
+# %%
+explore = gpu if gpu_origins else cpu
+if explore.empty:
+    display(Markdown("Nothing to explore yet."))
+else:
+    base = explore[explore["origin"] == explore["origin"].iloc[0]]
+    first = base[base["config"] == "sweep"].iloc[0] if (base["config"] == "sweep").any() \
+        else base.iloc[0]
+    try:
+        import ipywidgets as widgets
+    except ImportError:
+        widgets = None
+    if params.interactive and widgets is not None:
+        def choice(name):
+            return widgets.SelectionSlider(options=sorted(base[name].unique()),
+                                           value=first[name], description=name)
+
+        def show(hidden, layers, batch):
+            figs.point_figure(nearest_point(base, hidden, layers, batch))
+
+        widgets.interact(show, hidden=choice("hidden"), layers=choice("layers"),
+                         batch=choice("batch"))
+    else:
+        fig = figs.point_figure(nearest_point(base, first["hidden"], first["layers"],
+                                              first["batch"]))
+        plots.save(fig, "dispatch_point")
