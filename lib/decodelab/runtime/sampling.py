@@ -128,7 +128,7 @@ def sample(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
     if mode.all_greedy:
         return greedy_tok.masked_fill_(bad, 0), bad
     if mode.k_cand:
-        vals, idx = torch.topk(z, mode.k_cand, dim=-1, sorted=True)  # (B, K)
+        vals, idx = torch.topk(z, min(mode.k_cand, z.shape[-1]), dim=-1)  # (B, K) sorted
     else:
         vals, idx = torch.sort(z, dim=-1, descending=True)
     tok = _draw(vals.float(), idx, p)

@@ -1,0 +1,248 @@
+"""The engine loop on CPU: streaming, stops, abort, isolation of failures, determinism,
+preemption, and the real tiny Llama against its own greedy loop."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from fake_runtime_model import FakeModel
+
+from decodelab.runtime.cache import PagedKVCache, slots_for
+from decodelab.runtime.config import named_config
+from decodelab.runtime.engine import Engine
+from decodelab.runtime.engine_config import EngineConfig
+from decodelab.runtime.model import PagedLlama
+from decodelab.runtime.requests import InvalidRequestError, Request, SamplingParams, Status
+from decodelab.runtime.weights import random_weights
+
+
+def random_params(rng: random.Random, **kw) -> SamplingParams:
+    kind = rng.choice(["greedy", "temp", "topk", "topp", "minp", "pen"])
+    base = dict(seed=rng.randrange(1 << 30), max_new_tokens=rng.randint(1, 12))
+    base |= {"greedy": dict(temperature=0.0),
+             "temp": dict(temperature=rng.choice([0.5, 1.0, 1.5])),
+             "topk": dict(temperature=1.0, top_k=rng.choice([1, 3, 10])),
+             "topp": dict(temperature=0.9, top_p=rng.choice([0.5, 0.9])),
+             "minp": dict(temperature=1.2, min_p=0.1, top_k=8),
+             "pen": dict(temperature=0.8, repetition_penalty=1.3, frequency_penalty=0.5,
+                         presence_penalty=0.3)}[kind]
+    return SamplingParams(**(base | kw))
+
+
+def workload(n: int, seed: int = 0, vocab: int = 48, **kw) -> list[Request]:
+    rng = random.Random(seed)
+    return [Request(f"r{i}", tuple(rng.randrange(1, vocab) for _ in range(rng.randint(1, 6))),
+                    random_params(rng, **kw)) for i in range(n)]
+
+
+def run_all(engine: Engine, requests: list[Request]) -> dict[str, list[int]]:
+    handles = [engine.submit(r) for r in requests]
+    engine.run()
+    assert all(h.done for h in handles)
+    return {h.request_id: h.tokens for h in handles}
+
+
+def fake_engine(num_blocks=64, max_num_seqs=8, **kw) -> Engine:
+    model = FakeModel(num_blocks=num_blocks, poison=kw.pop("poison", None))
+    return Engine(model, EngineConfig(max_num_seqs=max_num_seqs, max_model_len=64, **kw))
+
+
+def test_all_requests_finish_and_blocks_return():
+    eng = fake_engine()
+    out = run_all(eng, workload(40))
+    assert len(out) == 40
+    assert eng.pool.num_free == eng.pool.num_total
+    assert not eng.running and not eng.waiting and not eng.pending and not eng.active
+    assert eng.metrics.outcomes["finished"] == 40
+
+
+@pytest.mark.parametrize("mode", [dict(async_output=False), dict(static_inputs=False),
+                                  dict(max_partial_k=0)])
+def test_runtime_switches_do_not_change_outputs(mode):
+    reqs = workload(30, seed=1)
+    assert run_all(fake_engine(), reqs) == run_all(fake_engine(**mode), reqs)
+
+
+def test_seeded_request_same_alone_and_in_any_batch_mix():
+    probe = Request("probe", (3, 1, 4, 1, 5), SamplingParams(temperature=1.0, top_p=0.9,
+                                                             seed=1234, max_new_tokens=12))
+    alone = run_all(fake_engine(), [probe])["probe"]
+    for mix_seed in range(4):
+        others = workload(random.Random(mix_seed).randint(1, 20), seed=100 + mix_seed)
+        mixed = others[: len(others) // 2] + [probe] + others[len(others) // 2:]
+        assert run_all(fake_engine(max_num_seqs=4 + mix_seed), mixed)["probe"] == alone
+
+
+def test_preemption_forced_equals_no_preemption():
+    reqs = workload(24, seed=2, max_new_tokens=30)
+    roomy = fake_engine(num_blocks=400)
+    ref = run_all(roomy, reqs)
+    tight = fake_engine(num_blocks=24)  # 96 tokens of cache for 8 rows of up to 36 tokens
+    handles = [tight.submit(r) for r in reqs]
+    tight.run()
+    assert sum(h.num_preemptions for h in handles) > 0
+    assert {h.request_id: h.tokens for h in handles} == ref
+    assert tight.pool.num_free == tight.pool.num_total
+
+
+def test_streaming_iterator_and_callback_agree():
+    seen: list[int] = []
+    eng = fake_engine()
+    req = Request("s", (5, 6, 7), SamplingParams(temperature=0.7, seed=9, max_new_tokens=9),
+                  on_token=lambda ev: seen.append(ev.token))
+    handle = eng.submit(req)
+    for other in workload(5, seed=3):
+        eng.submit(other)
+    events = list(handle)
+    assert [e.token for e in events] == handle.tokens == seen
+    assert events[-1].finished and events[-1].reason == "length"
+    eng.run()
+    assert eng.pool.num_free == eng.pool.num_total
+
+
+def test_stop_token_eos_and_stop_sequence():
+    eng = fake_engine()
+    free = run_all(eng, [Request("a", (1, 2), SamplingParams(temperature=0.0,
+                                                             max_new_tokens=20))])["a"]
+    stop_tok = free[4]
+    first = free.index(stop_tok)
+    got = run_all(fake_engine(), [Request("a", (1, 2), SamplingParams(
+        temperature=0.0, max_new_tokens=20, stop_token_ids=(stop_tok,)))])["a"]
+    assert got == free[:first + 1]
+    seq = tuple(free[2:4])
+    eng2 = fake_engine()
+    h = eng2.submit(Request("b", (1, 2), SamplingParams(temperature=0.0, max_new_tokens=20,
+                                                         stop_sequences=(seq,))))
+    eng2.run()
+    assert tuple(h.tokens[-2:]) == seq and h.finish_reason == "stop"
+    eng3 = fake_engine(eos_token_id=stop_tok)
+    h3 = eng3.submit(Request("c", (1, 2), SamplingParams(temperature=0.0, max_new_tokens=20)))
+    eng3.run()
+    assert h3.finish_reason == "eos" and h3.tokens == free[:first + 1]
+
+
+def test_invalid_request_enters_nothing():
+    eng = fake_engine()
+    for bad in [Request("x", (), SamplingParams()), Request("x", (1, 99), SamplingParams()),
+                Request("x", tuple(range(1, 40)) * 2, SamplingParams()),
+                Request("x", (1,), SamplingParams(stop_token_ids=(48,)))]:
+        with pytest.raises(InvalidRequestError, match=r"Request\['x'\]\.\w+"):
+            eng.submit(bad)
+    assert not eng.waiting and not eng.active and eng.metrics.errors["invalid_request"] == 4
+
+
+def test_faults_isolated_healthy_outputs_unchanged():
+    """~10% aborts, ~10% raising callbacks, ~10% non-finite logits, among healthy requests."""
+    rng = random.Random(5)
+    poison = 47
+    base = workload(60, seed=6, vocab=47, max_new_tokens=14)
+    kinds = {r.request_id: rng.choice(["ok"] * 7 + ["abort", "raise", "nan"]) for r in base}
+    ref = run_all(fake_engine(poison=poison), base)
+
+    eng = fake_engine(poison=poison)
+
+    def make_cb(rid: str, kind: str):
+        def cb(ev):
+            if kind == "raise" and ev.index == 3:
+                raise ValueError("client went away")
+            if kind == "abort" and ev.index == 2:
+                eng.abort(rid)
+        return cb
+
+    faulty = []
+    for r in base:
+        kind = kinds[r.request_id]
+        prompt = (poison, *r.prompt) if kind == "nan" else r.prompt
+        faulty.append(Request(r.request_id, prompt, r.params, on_token=make_cb(r.request_id,
+                                                                              kind)))
+    out = {}
+    handles = [eng.submit(r) for r in faulty]
+    eng.run()
+    for h in handles:
+        out[h.request_id] = h
+    for rid, kind in kinds.items():
+        h = out[rid]
+        if kind == "ok":
+            assert h.status is Status.FINISHED and h.tokens == ref[rid]
+        elif kind == "abort" and len(ref[rid]) > 3:
+            assert h.status is Status.ABORTED and h.tokens == ref[rid][:3]
+        elif kind == "raise" and len(ref[rid]) > 4:
+            assert h.status is Status.FAILED and h.finish_reason == "callback_error"
+            assert "client went away" in h.error
+        elif kind == "nan":
+            req = next(r for r in faulty if r.request_id == rid)
+            if len(req.prompt) + req.params.max_new_tokens - 1 > 8:  # reaches a NaN step
+                assert h.status is Status.FAILED and h.finish_reason == "non_finite_logits"
+            else:
+                assert h.status is Status.FINISHED
+    n_nan = sum(out[r].finish_reason == "non_finite_logits" for r in kinds)
+    assert n_nan > 0 and eng.metrics.errors["non_finite_logits"] == n_nan
+    assert eng.pool.num_free == eng.pool.num_total
+    assert not eng.active and not eng.running and not eng.waiting
+
+
+def test_step_error_fails_only_that_steps_rows():
+    eng = fake_engine()
+    real_decode = eng.model.decode
+
+    def flaky(*args):
+        if eng.model.decode_calls == 3:
+            eng.model.decode_calls += 1
+            raise RuntimeError("device fault")
+        return real_decode(*args)
+
+    eng.model.decode = flaky
+    handles = [eng.submit(r) for r in workload(6, seed=7, max_new_tokens=10)]
+    eng.run()
+    failed = [h for h in handles if h.status is Status.FAILED]
+    assert failed and all("device fault" in h.error for h in failed)
+    assert eng.pool.num_free == eng.pool.num_total
+
+
+def tiny_llama(num_blocks=64, block_size=8):
+    cfg = named_config("tiny")
+    return PagedLlama(cfg, random_weights(cfg, 0), PagedKVCache(cfg, num_blocks, block_size))
+
+
+def greedy_loop(model: PagedLlama, prompt: list[int], n: int) -> list[int]:
+    bs = model.cache.block_size
+    bt = model.cache.pool.allocate(model.cache.pool.blocks_needed(len(prompt) + n))
+    out = [int(model.prefill([prompt], [bt]).argmax())]
+    for i in range(n - 1):
+        pos = len(prompt) + i
+        logits = model.decode(torch.tensor([out[-1]]), torch.tensor([pos]),
+                              torch.tensor(slots_for(bt, pos, pos + 1, bs)),
+                              model.cache.block_table_tensor([bt]), torch.tensor([pos + 1]))
+        out.append(int(logits.argmax()))
+    model.cache.pool.free(bt)
+    return out
+
+
+def test_real_tiny_llama_greedy_matches_its_own_loop_in_a_mixed_batch():
+    model = tiny_llama()
+    rng = random.Random(8)
+    prompts = [[rng.randrange(512) for _ in range(rng.randint(2, 9))] for _ in range(5)]
+    refs = [greedy_loop(model, p, 12) for p in prompts]
+    eng = Engine(model, EngineConfig(max_num_seqs=8, max_model_len=128))
+    greedy = [eng.submit(Request(f"g{i}", tuple(p), SamplingParams(temperature=0.0,
+                                                                   max_new_tokens=12)))
+              for i, p in enumerate(prompts)]
+    for r in workload(6, seed=9, vocab=512):
+        eng.submit(r)
+    eng.run()
+    assert [h.tokens for h in greedy] == refs
+    assert eng.pool.num_free == eng.pool.num_total
+
+
+def test_real_tiny_llama_sampled_request_same_alone_and_in_a_mix():
+    """On CPU in fp32 the tiny model's rows do not depend on the batch, so seeded sampling
+    gives the same tokens alone and in a mix (the guarantee stated in sampling.py)."""
+    probe = Request("p", (7, 8, 9, 10), SamplingParams(temperature=1.0, top_k=50, seed=77,
+                                                       max_new_tokens=16))
+    alone = run_all(Engine(tiny_llama(), EngineConfig(max_num_seqs=8, max_model_len=128)),
+                    [probe])["p"]
+    mix = workload(7, seed=10, vocab=512)
+    eng = Engine(tiny_llama(), EngineConfig(max_num_seqs=8, max_model_len=128))
+    assert run_all(eng, [*mix[:3], probe, *mix[3:]])["p"] == alone

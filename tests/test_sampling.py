@@ -1,0 +1,153 @@
+"""The batched sampler: each row of a mixed batch follows its own parameters (statistically),
+greedy rows are exact, partial selection equals the full sort, rows are batch-invariant."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from decodelab.runtime.sampling import (
+    PenaltyState,
+    RowParams,
+    SamplerMode,
+    choose_mode,
+    row_uniforms,
+    sample,
+)
+
+V = 24
+# (temperature, top_k, top_p, min_p, repetition, presence, frequency)
+ROWS = [
+    (0.0, 0, 1.0, 0.0, 1.0, 0.0, 0.0),  # greedy
+    (1.0, 0, 1.0, 0.0, 1.0, 0.0, 0.0),  # plain softmax
+    (0.5, 5, 1.0, 0.0, 1.0, 0.0, 0.0),  # cold, top-5
+    (1.3, 0, 0.7, 0.0, 1.0, 0.0, 0.0),  # hot, nucleus
+    (1.0, 12, 0.9, 0.2, 1.0, 0.0, 0.0),  # all three filters
+    (0.8, 0, 1.0, 0.0, 1.5, 0.4, 0.3),  # penalties
+]
+
+
+def expected(logits: np.ndarray, row, counts: np.ndarray, in_prompt: np.ndarray) -> np.ndarray:
+    """Reference distribution of one row, written the textbook way (float64)."""
+    t, k, p, mp, rep, pres, freq = row
+    z = logits.astype(np.float64).copy()
+    seen = (counts > 0) | in_prompt
+    z = np.where(seen, np.where(z > 0, z / rep, z * rep), z) - freq * counts - pres * (counts > 0)
+    if t == 0:
+        out = np.zeros_like(z)
+        out[np.argmax(z)] = 1
+        return out
+    order = np.argsort(-z, kind="stable")
+    probs = np.exp((z[order] - z[order][0]) / t)
+    if k:
+        probs[k:] = 0
+    probs /= probs.sum()
+    keep = (np.cumsum(probs) - probs) < p
+    keep &= probs >= mp * probs[0]
+    probs = probs * keep
+    out = np.zeros_like(z)
+    out[order] = probs / probs.sum()
+    return out
+
+
+def params_for(rows, n_rep: int, counter0: int = 0) -> RowParams:
+    r = np.repeat(np.array(rows, dtype=np.float64), n_rep, axis=0)
+    f = lambda i: torch.tensor(r[:, i], dtype=torch.float32)  # noqa: E731
+    seeds = np.repeat(np.arange(len(rows)) * 7919 + 11, n_rep)
+    counters = np.tile(np.arange(n_rep), len(rows)) + counter0
+    return RowParams(temperature=f(0), top_k=torch.tensor(r[:, 1], dtype=torch.int64), top_p=f(2),
+                     min_p=f(3), repetition=f(4), presence=f(5), frequency=f(6),
+                     uniform=torch.from_numpy(row_uniforms(seeds, counters)),
+                     slot=torch.from_numpy(np.repeat(np.arange(len(rows)), n_rep)))
+
+
+@pytest.fixture(scope="module")
+def setup():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(len(ROWS), V, generator=g) * 2.0
+    pen = PenaltyState.empty(len(ROWS), V, torch.device("cpu"))
+    pen.counts[5, [1, 2, 2, 7]] = torch.tensor([1, 2, 2, 1], dtype=torch.int32)
+    pen.in_prompt[5, [3, 4]] = True
+    order = logits[5].argsort(descending=True)
+    pen.counts[5, order[:2]] += 2  # penalise the two favourites so the effect is visible
+    return logits, pen
+
+
+@pytest.mark.parametrize("k_cand", [0, 16, 32])
+def test_mixed_batch_rows_follow_their_own_parameters(setup, k_cand):
+    logits, pen = setup
+    rows = ROWS if k_cand == 0 else [r for r in ROWS if r[1] or r[0] == 0]
+    idx = [ROWS.index(r) for r in rows]
+    n = 20_000
+    params = params_for(rows, n)
+    lg = logits[idx].repeat_interleave(n, dim=0)
+    params.slot = torch.tensor(idx).repeat_interleave(n)
+    mode = SamplerMode(all_greedy=False, penalties=True, k_cand=k_cand)
+    tokens, bad = sample(lg, params, mode, pen)
+    assert not bad.any()
+    for j, (row, i) in enumerate(zip(rows, idx, strict=True)):
+        got = np.bincount(tokens[j * n:(j + 1) * n].numpy(), minlength=V) / n
+        want = expected(logits[i].numpy(), row, pen.counts[i].numpy(), pen.in_prompt[i].numpy())
+        assert np.all(got[want == 0] == 0), f"row {i}: tokens outside its allowed set"
+        tv = 0.5 * np.abs(got - want).sum()
+        assert tv < 0.02, f"row {i} {row}: total variation {tv:.3f} from its own distribution"
+
+
+def test_greedy_rows_are_exact_argmax():
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(64, 1000, generator=g)
+    params = params_for([ROWS[0]] * 64, 1)
+    tokens, _ = sample(logits, params, SamplerMode(True, False, 0))
+    assert torch.equal(tokens, logits.argmax(-1))
+    mixed = params_for([ROWS[0], ROWS[2]] * 32, 1)
+    tokens, _ = sample(logits, mixed, SamplerMode(False, False, 8))
+    assert torch.equal(tokens[::2], logits[::2].argmax(-1))
+
+
+def test_partial_selection_equals_full_sort():
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(300, 5000, generator=g) * 3
+    rows = [(1.0, 40, 0.9, 0.0, 1, 0, 0), (0.7, 7, 1.0, 0.05, 1, 0, 0), (0.0, 3, 1, 0, 1, 0, 0)]
+    params = params_for(rows, 100)
+    full, _ = sample(logits, params, SamplerMode(False, False, 0))
+    part, _ = sample(logits, params, SamplerMode(False, False, 64))
+    assert torch.equal(full, part)
+
+
+def test_a_row_does_not_depend_on_its_batch():
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(40, 3000, generator=g)
+    rows = [(1.0, 0, 0.95, 0.0, 1, 0, 0), (0.6, 50, 1.0, 0.0, 1, 0, 0)] * 20
+    params = params_for(rows, 1)
+    together, _ = sample(logits, params, SamplerMode(False, False, 0))
+    for i in (0, 7, 39):
+        one = params_for([rows[i]], 1)
+        one.uniform = params.uniform[i:i + 1]
+        alone, _ = sample(logits[i:i + 1], one, SamplerMode(False, False, 0))
+        assert alone.item() == together[i].item()
+
+
+def test_non_finite_rows_are_flagged_alone():
+    logits = torch.zeros(4, 10)
+    logits[1, 3] = float("nan")
+    logits[2, 0] = float("inf")
+    _, bad = sample(logits, params_for([ROWS[1]] * 4, 1), SamplerMode(False, False, 0))
+    assert bad.tolist() == [False, True, True, False]
+
+
+def test_row_uniforms_are_a_pure_function_in_the_open_interval():
+    seeds = np.array([0, 1, 2**62, 5, 5])
+    counters = np.array([0, 0, 3, 1, 2])
+    u = row_uniforms(seeds, counters)
+    assert np.array_equal(u, row_uniforms(seeds, counters))
+    assert np.all((u > 0) & (u < 1)) and len(set(u.tolist())) == 5
+    many = row_uniforms(np.full(50_000, 42), np.arange(50_000))
+    assert abs(many.mean() - 0.5) < 0.01 and np.histogram(many, 10)[0].min() > 4500
+
+
+def test_choose_mode():
+    assert choose_mode([True, True], [0, 0], [False, False], 100).all_greedy
+    assert choose_mode([False, True], [20, 0], [False, False], 1000).k_cand == 32
+    assert choose_mode([False, False], [20, 0], [False, False], 1000).k_cand == 0
+    assert choose_mode([False], [2000], [True], 5000, max_partial=1024).k_cand == 0
