@@ -16,7 +16,7 @@ PROFILE    ?=
 PIP        := $(VPY) -m pip install --quiet --disable-pip-version-check
 HAS_CUDA   := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 
-.PHONY: setup report test test-gpu bench-gpu lint notebooks-sync clean-local
+.PHONY: setup browser report test test-gpu bench-gpu lint notebooks-sync clean-local
 
 setup: $(STAMP)
 
@@ -34,8 +34,15 @@ endif
 report: setup
 	$(VPY) -m decodelab report $(if $(PROFILE),--profile $(PROFILE))
 
-test: setup
+test: setup browser
 	$(VPY) -m pytest -q
+
+# Headless Chromium renders the exported report in a test: Debian's chromium is installed when
+# missing, apt-get exists and we are root; otherwise that test skips and says why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 \
+	  && [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
+	  || echo "chromium not installed: the report rendering test will skip"
 
 test-gpu:
 	PYTHONPATH=lib $(PYTHON) -m pytest -q -m gpu -p no:cacheprovider tests

@@ -1,0 +1,234 @@
+"""The layered model, computed from result tables: where one decode step's time goes, per regime.
+
+    T_step = T_dispatch + T_replay + T_node + T_orchestration + T_compute
+
+- dispatch: the host issuing kernels one at a time while the GPU waits (eager only);
+- replay: the fixed cost of launching a captured graph (host call + device-side graph start);
+- node: kernel boundaries inside a graph or barriers inside a persistent kernel;
+- orchestration: what a serving loop adds around the forward pass (schedule, prepare, sample,
+  update, emit), as exposed on the step's wall clock;
+- compute: GPU-busy time of the step's kernels (the arithmetic and memory traffic itself).
+
+Each regime's terms come from named rows of the phase tables (:mod:`decodelab.regimes` defines
+every derivation); each term keeps its source (table and row selector), how it was derived and an
+uncertainty band (interquartile range of the measurement, or the fit's confidence interval). The
+dominant layer of a regime is the argmax of its terms: computed, never typed. A regime whose
+table, column or row is missing becomes a note ("no data yet for ..."), not an error.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from decodelab.profiles import PROFILES
+from decodelab.toy import NAMED_CONFIGS
+from decodelab.validate import ConfigError, check_choice, check_int
+
+LAYERS = ("dispatch", "replay", "node", "orchestration", "compute")
+REGIMES = ("eager", "graph", "multi-step graph", "persistent kernel", "runtime loop",
+           "transformer decode")
+TABLES = ("dispatch", "replay_nodes", "replay_multistep", "persistent", "persistent_barriers",
+          "paged_model", "runtime")
+
+
+class MissingData(LookupError):
+    """A table, column or row that a regime needs is not (yet) in the results."""
+
+
+@dataclass(frozen=True, slots=True)
+class Headline:
+    """Which measured configuration each regime is read at.
+
+    The toy regimes (eager, graph, multi-step, persistent) use one named toy config: ultra-light
+    by default, the seed study's own headline regime, measured by phases 1-3 alike. The model
+    regimes use Llama-3.2-1B shapes: the bare transformer decode at batch 1 (the latency case),
+    the runtime loop at batch 32 (the serving case phase 4b targets), both at ``context``.
+    """
+
+    toy_config: str = "ultra-light"
+    model_batch: int = 1
+    runtime_batch: int = 32
+    context: int = 512
+
+    def __post_init__(self) -> None:
+        check_choice("Headline", "toy_config", self.toy_config, tuple(NAMED_CONFIGS))
+        check_int("Headline", "model_batch", self.model_batch, 1, 4096)
+        check_int("Headline", "runtime_batch", self.runtime_batch, 1, 4096)
+        check_int("Headline", "context", self.context, 1, 1 << 20)
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """One layer's time per step (µs) in one regime, with where it came from."""
+
+    layer: str
+    us: float
+    low: float  # uncertainty band (NaN when the source gives none)
+    high: float
+    source: str  # table[selector]
+    how: str  # the derivation, in words
+
+
+@dataclass(frozen=True, slots=True)
+class Regime:
+    """One regime's measured step time and its terms (the terms sum to ``step_us``)."""
+
+    name: str
+    step_us: float
+    step_low: float
+    step_high: float
+    source: str
+    terms: tuple[Term, ...]
+
+    @property
+    def dominant(self) -> Term:
+        """The largest term (the first listed wins a tie)."""
+        return max(self.terms, key=lambda t: t.us)
+
+
+class Tables:
+    """The phase tables of one origin (e.g. ``reference/h200``); absent tables are remembered."""
+
+    def __init__(self, frames: Mapping[str, pd.DataFrame], origin: str | None = None,
+                 problems: Mapping[str, str] | None = None):
+        self.frames = {k: v for k, v in frames.items() if v is not None and not v.empty}
+        self.origin = origin
+        self.problems = dict(problems or {})
+
+    def frame(self, table: str, columns: Iterable[str] = ()) -> pd.DataFrame:
+        """Table ``table`` restricted to this origin; MissingData names what is absent."""
+        if table not in self.frames:
+            why = self.problems.get(table, "not written yet")
+            raise MissingData(f"no data yet for table `{table}` ({why})")
+        frame = self.frames[table]
+        if self.origin is not None and "origin" in frame.columns:
+            frame = frame[frame["origin"] == self.origin]
+            if frame.empty:
+                raise MissingData(f"no data yet for table `{table}` from {self.origin}")
+        lacking = [c for c in columns if c not in frame.columns]
+        if lacking:
+            raise MissingData(f"table `{table}` lacks column(s) {', '.join(map(repr, lacking))} "
+                              f"(it has: {', '.join(frame.columns)})")
+        return frame
+
+    def rows(self, table: str, where: Mapping[str, object], columns: Sequence[str] = ()
+             ) -> tuple[pd.DataFrame, str]:
+        """Rows matching ``where`` (column == value) and a selector string naming them."""
+        frame = self.frame(table, [*where, *columns])
+        for col, value in where.items():
+            frame = frame[frame[col] == value]
+        selector = selector_of(table, self.origin, where)
+        if frame.empty:
+            raise MissingData(f"no rows in {selector}")
+        return frame, selector
+
+    def one(self, table: str, where: Mapping[str, object], columns: Sequence[str] = ()
+            ) -> tuple[pd.Series, str]:
+        """The first row matching ``where`` (tables hold one row per measured point)."""
+        frame, selector = self.rows(table, where, columns)
+        return frame.iloc[0], selector
+
+
+def fmt_us(us: float) -> str:
+    """µs for tables and prose: three significant digits, no exponent."""
+    if not math.isfinite(us):
+        return "n/a"
+    return f"{us:,.0f}" if abs(us) >= 100 else f"{us:.3g}"
+
+
+def selector_of(table: str, origin: str | None, where: Mapping[str, object]) -> str:
+    parts = ([f"origin={origin}"] if origin else []) + [f"{k}={v}" for k, v in where.items()]
+    return f"{table}[{', '.join(parts)}]"
+
+
+def load_tables(origin: str | None = "reference/h200", names: Sequence[str] = TABLES) -> Tables:
+    """Every phase table that exists (merged reference + local, then filtered to ``origin``)."""
+    from decodelab.results import SchemaMismatchError, has_table, load_table
+
+    frames, problems = {}, {}
+    for name in names:
+        if not has_table(name):
+            continue
+        try:
+            frames[name] = load_table(name)
+        except (SchemaMismatchError, ValueError, OSError) as exc:  # unreadable: say so
+            problems[name] = f"unreadable: {exc}"
+    return Tables(frames, origin, problems)
+
+
+def decompose(tables: Tables, headline: Headline = Headline()) -> tuple[list[Regime], list[str]]:
+    """Every regime that the tables allow, in :data:`REGIMES` order, and a note per missing one."""
+    from decodelab.regimes import BUILDERS
+
+    regimes, notes = [], []
+    for name in REGIMES:
+        try:
+            regimes.append(BUILDERS[name](tables, headline))
+        except MissingData as exc:
+            notes.append(f"{name}: {exc}")
+    return regimes, notes
+
+
+def terms_frame(regimes: Sequence[Regime]) -> pd.DataFrame:
+    """Tidy rows: regime, layer, us, low, high, share of the step, source, derivation."""
+    rows = [{"regime": r.name, "layer": t.layer, "us": t.us, "low": t.low, "high": t.high,
+             "share": t.us / r.step_us if r.step_us > 0 else math.nan, "source": t.source,
+             "how": t.how} for r in regimes for t in r.terms]
+    return pd.DataFrame(rows, columns=["regime", "layer", "us", "low", "high", "share", "source",
+                                       "how"])
+
+
+def regime_table(regimes: Sequence[Regime]) -> pd.DataFrame:
+    """One row per regime: step time, dominant layer (argmax of the terms) and its share."""
+    rows = []
+    for r in regimes:
+        ranked = sorted(r.terms, key=lambda t: t.us, reverse=True)
+        top = r.dominant
+        runner = next((t for t in ranked if t is not top), None)
+        rows.append({"regime": r.name, "step_us": r.step_us, "step_low": r.step_low,
+                     "step_high": r.step_high, "dominant": top.layer,
+                     "dominant_share": top.us / r.step_us if r.step_us > 0 else math.nan,
+                     "runner_up": runner.layer if runner else "",
+                     "runner_up_share": (runner.us / r.step_us if runner and r.step_us > 0
+                                         else math.nan),
+                     "source": r.source})
+    return pd.DataFrame(rows, columns=["regime", "step_us", "step_low", "step_high", "dominant",
+                                       "dominant_share", "runner_up", "runner_up_share", "source"])
+
+
+@dataclass(frozen=True, slots=True)
+class NotebookParams:
+    """Parameters of notebook 05_report."""
+
+    profile: str = "cpu"
+    interactive: bool = True
+    reference: str = "h200"  # data/reference/<reference>/ is what the decomposition reads
+    toy_config: str = "ultra-light"
+    model_batch: int = 1
+    runtime_batch: int = 32
+    context: int = 512
+
+    def __post_init__(self) -> None:
+        check_choice("05_report", "profile", self.profile, PROFILES)
+        check_choice("05_report", "interactive", self.interactive, (True, False))
+        if not (isinstance(self.reference, str) and re.fullmatch(r"[a-z0-9][a-z0-9_.-]*",
+                                                                  self.reference)):
+            raise ConfigError(f"05_report.reference={self.reference!r}: must name a folder of "
+                              "data/reference/ (lower-case letters, digits, '_', '-', '.')")
+        check_choice("05_report", "toy_config", self.toy_config, tuple(NAMED_CONFIGS))
+        check_int("05_report", "model_batch", self.model_batch, 1, 4096)
+        check_int("05_report", "runtime_batch", self.runtime_batch, 1, 4096)
+        check_int("05_report", "context", self.context, 1, 1 << 20)
+
+    @property
+    def headline(self) -> Headline:
+        return Headline(self.toy_config, self.model_batch, self.runtime_batch, self.context)
+
+    @property
+    def origin(self) -> str:
+        return f"reference/{self.reference}"

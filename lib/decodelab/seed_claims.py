@@ -1,0 +1,157 @@
+"""The seed study's headline claims next to what we measured: "seed reported / we measured /
+hardware / agrees?".
+
+The seed's numbers are quotations, kept in :data:`SEED_CLAIMS` and :data:`SEED_REGIMES` only.
+Agreement rule (stated in the table):
+
+- a number agrees when ours lies within a factor of :data:`AGREE_FACTOR` of the seed's
+  (different GPU generations: the same regime, not the same digits, is what can agree);
+- a regime row agrees when our computed dominant layer is one of the layers the seed names.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from decodelab.layers import Headline, MissingData, Regime, Tables, fmt_us
+from decodelab.regimes import multistep_fit
+from decodelab.toy import named
+
+SEED_SOURCE = "seed 004 (README of the layered decode study), ../shared/seeds/004_*.txt"
+SEED_HARDWARE = "one SM75 GPU (seed)"
+AGREE_FACTOR = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class SeedClaim:
+    key: str
+    claim: str
+    value: float
+    unit: str
+    quote: str
+
+
+# Quotations from the seed study (SM75 GPU); none of these is a measurement of ours.
+SEED_CLAIMS: tuple[SeedClaim, ...] = (
+    SeedClaim("graph_cpu_reduction", "host CPU per step, eager / CUDA graph", 15.0, "x",
+              "phase1_dispatch: '~15× CPU reduction observed.'"),
+    SeedClaim("replay_per_step", "graph replay cost per step (one step per graph)", 2.8, "µs",
+              "phase2_replay: 'Replay cost measured (~2.8 µs per step).'"),
+    SeedClaim("persistent_ultra_light", "persistent kernel, ultra-light", 2.1e6, "steps/s",
+              "phase3_persistent: '~2.1M steps/sec in ultra-light regime.'"),
+    SeedClaim("persistent_h256", "persistent kernel, hidden=256", 153e3, "steps/s",
+              "phase3_persistent: 'hidden=256 ... (~153k steps/sec).'"),
+)
+# The seed's regime-dominance table (its "Regime | Dominant Layer"), keyed by our regime names.
+SEED_REGIMES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "eager": ("Pre-Graph → Dispatch", ("dispatch",)),
+    "graph": ("Graph → Replay", ("replay",)),
+    "multi-step graph": ("Multi-Step → Replay + Compute", ("replay", "compute")),
+    "persistent kernel": ("Persistent → Compute", ("compute",)),
+    "transformer decode": ("Real Transformer Decode → Compute", ("compute",)),
+}
+
+
+def _cpu_reduction(tables: Tables, h: Headline) -> tuple[float, str]:
+    hosts, sources = [], []
+    for mode in ("eager", "cuda_graph"):
+        row, src = tables.one("dispatch", {"mode": mode, "config": h.toy_config,
+                                           "backend": "cuda"}, ["host_us_per_step"])
+        hosts.append(float(row["host_us_per_step"]))
+        sources.append(src)
+    return hosts[0] / hosts[1], " / ".join(sources)
+
+
+def _replay_per_step(tables: Tables, h: Headline) -> tuple[float, str]:
+    fit, _, src = multistep_fit(tables, h)
+    return float(fit["t_replay_us"]), f"fitted T_replay of {src}"
+
+
+def _persistent(config: str) -> Callable[[Tables, Headline], tuple[float, str]]:
+    def measure(tables: Tables, _: Headline) -> tuple[float, str]:
+        cfg = named(config)
+        where = {"hidden": cfg.hidden, "layers": cfg.layers, "batch": cfg.batch}
+        frame, src = tables.rows("persistent", where)
+        if "steps_per_s" in frame.columns:
+            return float(frame["steps_per_s"].max()), f"fastest variant of {src}"
+        if "us_per_step" in frame.columns:
+            return 1e6 / float(frame["us_per_step"].min()), f"fastest variant of {src}"
+        raise MissingData("table `persistent` has neither steps_per_s nor us_per_step")
+    return measure
+
+
+MEASURES: dict[str, Callable[[Tables, Headline], tuple[float, str]]] = {
+    "graph_cpu_reduction": _cpu_reduction,
+    "replay_per_step": _replay_per_step,
+    "persistent_ultra_light": _persistent("ultra-light"),
+    "persistent_h256": _persistent("h256"),
+}
+
+
+def agrees(ours: float, seed: float, factor: float = AGREE_FACTOR) -> tuple[str, str]:
+    """("yes"/"no", why) by the factor rule; "n/a" when ours is not a positive number."""
+    if not (math.isfinite(ours) and ours > 0):
+        return "n/a", "no measurement"
+    ratio = ours / seed
+    if 1 / factor <= ratio <= factor:
+        return "yes", f"ours = {ratio:.2g}x the seed's (within {factor:g}x)"
+    side = "higher" if ratio > 1 else "lower"
+    return "no", f"ours {max(ratio, 1 / ratio):.3g}x {side} than the seed's"
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "x":
+        return f"{value:,.3g}x"
+    if abs(value) >= 1e5:
+        return f"{value / 1e6:,.3g}M {unit}" if abs(value) >= 1e6 else f"{value / 1e3:,.3g}k {unit}"
+    return f"{value:,.3g} {unit}"
+
+
+def seed_table(tables: Tables, regimes: list[Regime], headline: Headline | None = None
+               ) -> pd.DataFrame:
+    """One row per seed claim: what the seed reported, what we measured, on which hardware,
+    whether they agree (rule in :func:`agrees`) and the row(s) our number comes from."""
+    headline = headline or Headline()
+    ours_hw = hardware(tables)
+    rows = []
+    for claim in SEED_CLAIMS:
+        try:
+            value, source = MEASURES[claim.key](tables, headline)
+            measured = _fmt(value, claim.unit)
+        except MissingData as exc:
+            value, source, measured = math.nan, str(exc), "no data yet"
+        verdict, why = agrees(value, claim.value)
+        rows.append((claim.claim, f"~{_fmt(claim.value, claim.unit)}", measured, ours_hw, verdict,
+                     why, source, claim.quote))
+    by_name = {r.name: r for r in regimes}
+    for regime, (quote, layers) in SEED_REGIMES.items():
+        r = by_name.get(regime)
+        if r is None:
+            rows.append((f"dominant layer: {regime}", " + ".join(layers), "no data yet", ours_hw,
+                         "n/a", "no measurement", "", quote))
+            continue
+        top = r.dominant
+        share = top.us / r.step_us if r.step_us > 0 else math.nan
+        ok = top.layer in layers
+        why = (f"our dominant layer is {'one' if len(layers) > 1 else 'the one'} the seed names"
+               if ok else f"the seed names {' + '.join(layers)}")
+        rows.append((f"dominant layer: {regime}", " + ".join(layers),
+                     f"{top.layer} ({share:.0%} of {fmt_us(r.step_us)} µs)", ours_hw,
+                     "yes" if ok else "no", why, r.source, quote))
+    return pd.DataFrame(rows, columns=["claim", "seed reported", "we measured", "our hardware",
+                                       "agrees?", "rule applied", "our source", "seed quote"])
+
+
+def hardware(tables: Tables) -> str:
+    """Our hardware as the tables record it (their ``device`` column), else the origin."""
+    for frame in tables.frames.values():
+        if "device" in frame.columns:
+            picked = (frame[frame["origin"] == tables.origin]
+                      if tables.origin and "origin" in frame.columns else frame)
+            if not picked.empty:
+                return str(picked["device"].iloc[0]).upper()
+    return tables.origin or "unknown"

@@ -1,0 +1,193 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 05 · The layered model: where one decode step's time goes
+#
+# Every phase measured one layer of the decode stack. Here the measurements are put together:
+# for each regime (eager, single-step graph, multi-step graph, persistent kernel, the runtime
+# loop, a real-shaped transformer) one decode step is split into
+#
+# $$T_\text{step} = T_\text{dispatch} + T_\text{replay} + T_\text{node} + T_\text{orchestration} + T_\text{compute}$$
+#
+# computed from the shipped H200 result tables, and the dominant layer of each regime is the
+# largest term: computed, not typed. The seed study's regime table and headline numbers are then
+# checked against ours.
+
+# %% tags=["parameters"]
+profile = "cpu"
+interactive = True
+reference = "h200"
+toy_config = "ultra-light"
+model_batch = 1
+runtime_batch = 32
+context = 512
+
+# %%
+import pandas as pd
+from IPython.display import Markdown, display
+
+from decodelab import notebooks, plots
+from decodelab.layers import (
+    NotebookParams,
+    decompose,
+    fmt_us,
+    load_tables,
+    regime_table,
+    terms_frame,
+)
+from decodelab.plots.report import decomposition_figure, empty_figure
+from decodelab.seed_claims import AGREE_FACTOR, SEED_SOURCE, seed_table
+from decodelab.toy import named
+
+params = NotebookParams(profile=profile, interactive=interactive, reference=reference,
+                        toy_config=toy_config, model_batch=model_batch,
+                        runtime_batch=runtime_batch, context=context)
+plots.use_style()
+tables = load_tables(params.origin)
+regimes, missing = decompose(tables, params.headline)
+terms = terms_frame(regimes)
+table = regime_table(regimes)
+
+# %% [markdown]
+# ## How each term is measured
+#
+# One configuration per regime, so that the rows are comparable (the headline choice below).
+# All times are µs per decode step; "GPU-busy" is the union of kernel intervals recorded by the
+# profiler in phase 1. A term marked *remainder* is the measured step minus the terms measured
+# directly, so the terms always add up to the measured step.
+#
+# | regime | step measured by | terms |
+# |---|---|---|
+# | eager | phase 1, wall per step | compute = GPU-busy; dispatch = wall − GPU-busy (the GPU waits while the host issues kernels) |
+# | graph (one step per replay) | phase 1, wall per step | compute = GPU-busy; node = fitted per-step time with replay amortised away (phase 2, K→∞) − GPU-busy; replay = remainder |
+# | multi-step graph (largest K) | phase 2, wall per step | replay = fitted replay cost / K; compute = GPU-busy; node = remainder |
+# | persistent kernel (fastest variant) | phase 3, µs per step | node = barriers per step × measured barrier latency (when recorded); compute = remainder |
+# | runtime loop | phase 4b, engine step | orchestration = engine step − bare graph forward (phase 4a, same batch); replay = fitted replay cost (phase 2); compute = remainder |
+# | transformer decode | phase 4a, graph decode per token | replay = fitted replay cost (phase 2); compute = remainder |
+#
+# Uncertainty: the interquartile range of the step where a term is a remainder, the 95%
+# confidence interval where a term is fitted; the profiler's GPU-busy time is one window and
+# carries none.
+
+# %%
+toy = named(params.toy_config)
+display(Markdown(
+    f"**Headline configuration.** Toy regimes: `{params.toy_config}` (H={toy.hidden}, "
+    f"L={toy.layers}, B={toy.batch}, V={toy.vocab}, {toy.dtype})"
+    + (", the seed study's own headline regime" if params.toy_config == "ultra-light" else "")
+    + ", a config phases 1-3 all measure. Model regimes: Llama-3.2-1B shapes at context "
+    f"{params.context}: the bare transformer decode at batch {params.model_batch} (latency), "
+    f"the runtime loop at batch {params.runtime_batch} (serving)."))
+origin_name = plots.origin_label(params.origin)
+if missing:
+    display(Markdown("**Not in the decomposition yet** (the report fills in as the phases' "
+                     "tables arrive):\n\n" + "\n".join(f"- {m}" for m in missing)))
+display(Markdown(f"Source: {origin_name}; {len(regimes)} of "
+                 f"{len(regimes) + len(missing)} regimes have data."))
+
+# %% [markdown]
+# ## The decomposition across regimes
+#
+# Left: each regime's step split into layers, as shares of the step. Right: the step itself on a
+# log scale, coloured by its dominant layer. Removing one layer does not make a step free: it
+# shows the next one.
+
+# %%
+if regimes:
+    fig = decomposition_figure(terms, table, f"One decode step, layer by layer: {origin_name}")
+    plots.save(fig, "headline_decomposition")
+else:
+    fig = empty_figure(f"No decomposition yet: no phase tables from {origin_name}.")
+
+# %% [markdown]
+# ## The regime table, computed
+#
+# The dominant layer is the largest term of each regime, and the runner-up shows what an
+# optimisation of the dominant one would reveal next.
+
+# %%
+def _regime_view(frame: pd.DataFrame) -> pd.DataFrame:
+    view = frame[["regime", "step_us", "dominant", "dominant_share", "runner_up",
+                  "runner_up_share"]].copy()
+    view["step_us"] = view["step_us"].map(fmt_us)
+    for col in ("dominant_share", "runner_up_share"):
+        view[col] = view[col].map(lambda v: f"{v:.0%}" if pd.notna(v) else "")
+    return view.rename(columns={"step_us": "µs per step", "dominant_share": "share",
+                                "runner_up": "next layer", "runner_up_share": "its share"})
+
+
+display(_regime_view(table) if not table.empty else Markdown("No regime has data yet."))
+
+# %% [markdown]
+# Every term, with the rows it comes from and how it is derived:
+
+# %%
+if not terms.empty:
+    display(terms.assign(**{c: terms[c].map(fmt_us) for c in ("us", "low", "high")},
+                         share=terms["share"].map("{:.1%}".format)))
+
+# %% [markdown]
+# ## The seed study's claims against our measurements
+#
+# The seed study ran on one SM75 (Turing) GPU; ours is the H200 reference. Its numbers are
+# quotations (one constant, `decodelab.seed_claims.SEED_CLAIMS`); ours are computed from the
+# tables above. The rule for "agrees?" is stated in the table and below.
+
+# %%
+seeds = seed_table(tables, regimes, params.headline)
+display(Markdown(f"Seed: {SEED_SOURCE}. A number agrees when ours is within a factor of "
+                 f"{AGREE_FACTOR:g} of the seed's; a regime row agrees when our computed "
+                 "dominant layer is one the seed names."))
+display(seeds.drop(columns=["our source"]))
+
+# %% [markdown]
+# ## What the data says
+
+
+# %%
+def _summary() -> str:
+    by_name = {r.name: r for r in regimes}
+    lines = []
+    for r in regimes:
+        top = r.dominant
+        lines.append(f"- **{r.name}**: {fmt_us(r.step_us)} µs per step; {top.layer} dominates "
+                     f"with {top.us / r.step_us:.0%} ({fmt_us(top.us)} µs).")
+    if "eager" in by_name and "graph" in by_name:
+        e, g = by_name["eager"], by_name["graph"]
+        lines.append(f"- Capturing the step in a graph takes it from {fmt_us(e.step_us)} µs to "
+                     f"{fmt_us(g.step_us)} µs ({e.step_us / g.step_us:.1f}x).")
+    agreed = seeds[seeds["agrees?"] != "n/a"]
+    if not agreed.empty:
+        yes = int((agreed["agrees?"] == "yes").sum())
+        lines.append(f"- Of the seed's {len(agreed)} claims we could check, {yes} agree by the "
+                     f"rule above and {len(agreed) - yes} do not: "
+                     + "; ".join(f"{c} ({w})" for c, w in
+                                 agreed.loc[agreed["agrees?"] == "no", ["claim", "rule applied"]]
+                                 .itertuples(index=False)) + ".")
+    return "\n".join(lines) if lines else "No regime has data yet."
+
+
+display(Markdown(_summary()))
+
+# %% [markdown]
+# ## Where each layer is measured
+
+# %%
+SECTIONS = {"00_environment": "the ceilings (launch latency, copy bandwidth, matmul rate)",
+            "01_dispatch": "dispatch: eager vs graph vs torch.compile",
+            "02_replay": "replay and node costs, multi-step capture and its fit",
+            "03_persistent": "the persistent kernel and its barrier costs",
+            "04_runtime": "the paged transformer and the runtime loop"}
+display(Markdown("\n".join(f"- [{name}](#{name}): {SECTIONS.get(name, '')}"
+                           for name in notebooks.available() if name != "05_report")))

@@ -1,0 +1,163 @@
+"""The consolidated report: notebook 05 built from a (synthetic) reference tree, the whole report
+built on CPU from the shipped reference data, and the exported HTML rendered in headless Chromium
+with every figure present and loaded, nothing fetched from the network."""
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import synthetic
+
+pytest.importorskip("papermill")
+pytest.importorskip("nbconvert")
+
+from decodelab import cli, notebooks, paths, report  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="headless Chromium is not installed (`make test` installs Debian's "
+    "chromium when apt-get is available and it runs as root)")
+
+# Appended to a copy of the report: after the load event it records, on <body>, how many images
+# there are, how many are data URIs, how many failed to decode, and any resource not from the
+# page itself (data:/file:/blob:).
+CHECK_SCRIPT = """<script>
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var broken = imgs.filter(function (i) { return !(i.complete && i.naturalWidth > 0); });
+  var remote = performance.getEntriesByType('resource').map(function (e) { return e.name; })
+    .filter(function (n) { return !/^(data|file|blob):/.test(n); });
+  document.body.setAttribute('data-report-check', JSON.stringify({
+    images: imgs.length,
+    data_images: imgs.filter(function (i) { return i.src.indexOf('data:image/') === 0; }).length,
+    broken: broken.length, remote: remote}));
+});
+</script>"""
+
+
+@contextmanager
+def _env(**values):
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update({k: str(v) for k, v in values.items()})
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def render(report_html: Path, tmp: Path) -> dict:
+    """Load the report in headless Chromium; return the in-page check's findings."""
+    page = tmp / "checked.html"
+    text = report_html.read_text()
+    page.write_text(text.replace("</body>", CHECK_SCRIPT + "</body>"))
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+           "--no-first-run", "--disable-background-networking", "--disable-component-update",
+           "--disable-sync", f"--user-data-dir={tmp / 'profile'}", "--virtual-time-budget=10000",
+           "--dump-dom", page.resolve().as_uri()]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
+    match = re.search(r'data-report-check="([^"]*)"', out.stdout)
+    assert match, f"the page's check did not run (rc={out.returncode}): {out.stderr[-2000:]}"
+    return json.loads(html.unescape(match.group(1)))
+
+
+def _png_outputs(executed: Path) -> int:
+    import nbformat
+
+    nb = nbformat.read(executed, as_version=4)
+    return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code"
+               for o in c.get("outputs", []))
+
+
+def _errors(executed: Path) -> list[str]:
+    import nbformat
+
+    nb = nbformat.read(executed, as_version=4)
+    return [f"{o.ename}: {o.evalue}" for c in nb.cells if c.cell_type == "code"
+            for o in c.get("outputs", []) if o.output_type == "error"]
+
+
+@pytest.fixture(scope="module")
+def synthetic_05(tmp_path_factory):
+    """Notebook 05 run against a synthetic H200 reference tree, exported as a report."""
+    root = tmp_path_factory.mktemp("root")
+    (root / "notebooks").symlink_to(paths.notebooks_dir(), target_is_directory=True)
+    synthetic.write_reference_tree(root)
+    figures = root / "figures"
+    with _env(DECODELAB_ROOT=root, DECODELAB_LOCAL=root / "local", DECODELAB_FIGURES=figures):
+        executed = notebooks.run("05_report", {"profile": "smoke", "interactive": False},
+                                 root / "executed", progress=False)
+        page = report.export([executed], root / "report.html", "smoke")
+    return executed, page, figures
+
+
+def test_report_notebook_shows_the_decomposition_from_reference(synthetic_05):
+    executed, page, figures = synthetic_05
+    assert not _errors(executed)
+    assert _png_outputs(executed) >= 1
+    assert (figures / "headline_decomposition.png").stat().st_size > 0
+    text = page.read_text()
+    for expected in ("dominant", "seed reported", "agrees?", "Pre-Graph", "persistent kernel",
+                     "runtime loop", 'href="#01_dispatch"'):
+        assert expected in text, expected
+    assert "no data yet" not in text
+
+
+def test_report_notebook_without_data_says_so(tmp_path):
+    (tmp_path / "notebooks").symlink_to(paths.notebooks_dir(), target_is_directory=True)
+    (tmp_path / "data" / "reference").mkdir(parents=True)
+    with _env(DECODELAB_ROOT=tmp_path, DECODELAB_LOCAL=tmp_path / "local",
+              DECODELAB_FIGURES=tmp_path / "figures"):
+        executed = notebooks.run("05_report", {"profile": "smoke", "interactive": False},
+                                 tmp_path / "executed", progress=False)
+    assert not _errors(executed)
+    assert "no data yet for table `dispatch`" in executed.read_text()
+
+
+@needs_chromium
+def test_synthetic_report_renders_in_chromium(synthetic_05, tmp_path):
+    _, page, _ = synthetic_05
+    check = render(page, tmp_path)
+    assert check["images"] >= 1 and check["data_images"] == check["images"]
+    assert check["broken"] == 0 and check["remote"] == []
+
+
+@pytest.fixture(scope="module")
+def full_report(tmp_path_factory):
+    """`python -m decodelab report --profile smoke` on this checkout (its shipped reference
+    data and live CPU measurements), results and figures in temporary folders."""
+    tmp = tmp_path_factory.mktemp("report")
+    with _env(DECODELAB_LOCAL=tmp / "local"):
+        assert cli.main(["report", "--profile", "smoke", "--out", str(tmp / "out")]) == 0
+    return tmp / "out"
+
+
+@pytest.mark.slow
+def test_full_report_builds_on_cpu(full_report):
+    executed = sorted((full_report / "executed").glob("*.ipynb"))
+    assert [p.stem for p in executed] == notebooks.available()
+    for path in executed:
+        assert not _errors(path), path.name
+    text = (full_report / cli.REPORT_FILE).read_text()
+    for name in notebooks.available():
+        assert f'id="{name}"' in text
+    pngs = sum(_png_outputs(p) for p in executed)
+    assert text.count("data:image/png;base64,") >= pngs >= len(executed) - 1
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_full_report_renders_in_chromium(full_report, tmp_path):
+    page = full_report / cli.REPORT_FILE
+    check = render(page, tmp_path)
+    assert check["images"] == page.read_text().count('src="data:image/')
+    assert check["images"] >= 1 and check["broken"] == 0 and check["remote"] == []
