@@ -81,6 +81,19 @@ def test_fit_nodes_recovers_replay_and_node_costs():
     assert eager["slope"] == pytest.approx(2.4, rel=0.02)
 
 
+def test_fit_nodes_leaves_host_paced_graph_points_out():
+    frame = _synthetic_nodes(np.random.default_rng(8))
+    graph = frame["kind"] == "graph"
+    # the host needs 6 µs per replay: below n = 4 the replays wait for the host
+    frame.loc[graph, "host_us"] = 6.0
+    frame.loc[graph, "wall_us"] = np.maximum(frame.loc[graph, "wall_us"], 6.05)
+    fit = replay_fit.fit_nodes(frame)
+    wall = fit[(fit["kind"] == "graph") & (fit["metric"] == "wall")].iloc[0]
+    assert wall["n_excluded"] == 3 and wall["n_points"] == 8
+    assert wall["intercept_ci_low"] <= 2.0 <= wall["intercept_ci_high"]
+    assert fit[fit["kind"] == "eager"]["n_excluded"].eq(0).all()
+
+
 def test_fit_multistep_recovers_t_step_t_replay_and_k_2pct():
     fits = replay_fit.fit_multistep(_synthetic_multistep(np.random.default_rng(3)))
     row = fits[(fits["config"] == "ultra-light") & (fits["variant"] == "none")].iloc[0]
@@ -107,7 +120,7 @@ def test_quantities_and_seed_comparison_come_from_fits():
     assert (q["ci_low"] <= q["value"]).all() and (q["value"] <= q["ci_high"]).all()
     cmp = replay_fit.seed_comparison(steps, nodes)
     assert (cmp["seed_us"] == replay_fit.SEED_CLAIMS["replay_per_step"]["value"]).all()
-    assert len(cmp) == 1 + 2  # the 1-kernel graph + one row per config (variant none)
+    assert len(cmp) == 2 + 2  # graph T_replay and host cost + one row per config (variant none)
 
 
 # --------------------------------------------------------------------------- trade-off model
@@ -242,3 +255,35 @@ def test_graph_of_adds_and_smoke_bench(tmp_path):
     assert {p.name for p in written} == {"replay_nodes.csv", "replay_multistep.csv"}
     multi = pd.read_csv(tmp_path / "replay_multistep.csv")
     assert multi["validated"].all() and set(multi["variant"]) == {"none", "readout"}
+
+
+# --------------------------------------------------------------------------- notebook
+
+
+@pytest.mark.parametrize("with_data", [True, False])
+def test_notebook_runs_on_stored_or_missing_results(local_results, tmp_path, with_data):
+    pytest.importorskip("papermill")
+    import nbformat
+
+    from decodelab import notebooks
+    from decodelab.results import has_table, write_table
+
+    reference_stored = has_table("replay_nodes", local=local_results)
+    if reference_stored and not with_data:
+        pytest.skip("reference replay results are stored: the no-data path cannot be reached")
+    if with_data and not reference_stored:  # else the notebook renders the shipped reference
+        rng = np.random.default_rng(6)
+        for name, frame in (("replay_nodes", _synthetic_nodes(rng)),
+                            ("replay_multistep", _synthetic_multistep(rng))):
+            write_table(name, frame.drop(columns=["origin", "device"]), out_dir=local_results)
+    path = notebooks.run("02_replay", {"profile": "smoke", "interactive": False},
+                         tmp_path / "executed", progress=False)
+    outputs = [o for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"
+               for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.output_type == "error"]
+    pngs = [o for o in outputs if "image/png" in o.get("data", {})]
+    markdown = " ".join(o.get("data", {}).get("text/markdown", "") for o in outputs)
+    if with_data:
+        assert len(pngs) >= 4 and "best K" in markdown
+    else:
+        assert not pngs and "No replay results are stored yet" in markdown

@@ -99,3 +99,24 @@ def simulate(replay_us: Mapping[int, float], p_stop: float, *, n_requests: int =
             "source": "simulated",
         })
     return pd.DataFrame(rows)
+
+
+def model_from_fits(step_fits: pd.DataFrame, config: str, variant: str = "readout",
+                    origin: str | None = None) -> ChunkModel:
+    """The chunk model of one fitted (config, variant) row of :func:`replay_fit.fit_multistep`."""
+    rows = step_fits[(step_fits["config"] == config) & (step_fits["variant"] == variant)]
+    if origin is not None and "origin" in rows.columns:
+        rows = rows[rows["origin"] == origin]
+    if rows.empty:
+        raise ConfigError(f"no fit for config={config!r}, variant={variant!r}, origin={origin!r}")
+    row = rows.iloc[0]
+    return ChunkModel(max(float(row["t_replay_us"]), 0.0), float(row["t_step_us"]))
+
+
+def measured_replay_us(frame: pd.DataFrame, config: str, variant: str = "readout",
+                       origin: str | None = None) -> dict[int, float]:
+    """K -> measured wall time of one K-step replay, from table ``replay_multistep``."""
+    rows = frame[(frame["config"] == config) & (frame["variant"] == variant)]
+    if origin is not None and "origin" in rows.columns:
+        rows = rows[rows["origin"] == origin]
+    return {int(r.k_steps): float(r.wall_us_per_replay) for r in rows.itertuples()}

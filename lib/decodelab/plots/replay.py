@@ -106,12 +106,49 @@ def tradeoff_figure(model: pd.DataFrame, simulated: pd.DataFrame | None = None, 
             if s is not None and not s.empty:
                 ax.plot(s["k_steps"], s[col], "o", color=f"C{j}", ms=5,
                         label=f"simulated, p={p:g}")
-            ax.set(xscale="log", xlabel="steps per graph (K)", ylabel=ylabel)
+            ax.set(xscale="log", yscale="linear" if col == "waste_fraction" else "log",
+                   xlabel="steps per graph (K)", ylabel=ylabel)
             ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
     for ax in axes:
         if mark_k is not None:
-            ax.axvline(mark_k, color="k", ls="--", lw=0.8)
+            ax.axvline(mark_k, color="k", ls="--", lw=0.8, label=f"K = {mark_k}")
     axes[0].legend(fontsize=7)
     fig.suptitle("Stopping mid-chunk: what larger K costs (stop probability p per step)")
     fig.tight_layout()
     return fig
+
+
+def explorer(model, k_values, p_stop: float, *, interactive: bool):
+    """Choose K and the stop probability; show the model's trade-off at that point.
+
+    ``model`` is a :class:`decodelab.replay_tradeoff.ChunkModel`. Without ``interactive`` (or
+    without ipywidgets) it returns the static figure at the best K for ``p_stop``.
+    """
+    from IPython.display import Markdown, display
+
+    from decodelab.replay_tradeoff import best_k, tradeoff
+
+    def show(k: int, p: float):
+        frame = tradeoff(model, list(k_values), p)
+        row = tradeoff(model, [k], p).iloc[0]
+        display(Markdown(
+            f"K = {k}, p = {p:g}: {row['us_per_useful_token']:.2f} µs per useful token, "
+            f"{100 * row['waste_fraction']:.1f}% of executed steps wasted, tokens reach the "
+            f"client every {row['time_to_client_us']:.0f} µs (best K for this p: "
+            f"{best_k(model, p)})"))
+        fig = tradeoff_figure(frame, mark_k=k)
+        plt.show()
+        return fig
+
+    if interactive:
+        try:
+            import ipywidgets as widgets
+        except ImportError:
+            interactive = False
+    if not interactive:
+        return show(best_k(model, p_stop), p_stop)
+    k_slider = widgets.SelectionSlider(options=list(k_values), value=list(k_values)[0],
+                                       description="K")
+    p_slider = widgets.FloatLogSlider(value=p_stop, base=10, min=-4, max=-0.3, step=0.05,
+                                      description="p stop")
+    return widgets.interact(show, k=k_slider, p=p_slider)

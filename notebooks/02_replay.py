@@ -1,0 +1,227 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 · Replay: what a graph replay costs, and how many steps to capture per graph
+#
+# A captured CUDA graph removes the host's per-kernel dispatch (phase 1), but launching the graph
+# is not free: every replay has a fixed cost, and every kernel boundary inside the graph costs
+# time too. Here we measure both with microbenchmarks (graphs of 1 … 1024 tiny kernels, and
+# the same kernels launched eagerly), then capture K toy decode steps per graph and fit
+#
+#     T(K) = T_step + T_replay / K        (wall time per step)
+#
+# The seed study reports a replay cost of about 2.8 µs per step on an SM75 GPU and the model
+# `T_total(K) = (N/K)·T_replay + N·T_compute + T_orchestration`; we compare with it. Finally, real
+# decode cannot run K steps blindly: a request that stops mid-chunk wastes the rest of the chunk,
+# and tokens reach the client only once per replay. A model of that trade-off, checked by a
+# seeded simulation on the measured replay times, closes the notebook.
+#
+# CUDA graphs need a CUDA GPU: on a CPU machine this notebook shows the shipped H200 reference
+# results (labelled by origin) and measures nothing.
+
+# %% tags=["parameters"]
+profile = "cpu"
+interactive = True
+measure_live = True
+p_stop = 0.01
+sim_requests = 20000
+seed = 0
+
+# %%
+import pandas as pd
+from IPython.display import Markdown, display
+
+from decodelab import paths, plots
+from decodelab.device import has_cuda
+from decodelab.plots import replay as replay_plots
+from decodelab.replay import NotebookParams, bench
+from decodelab.replay_fit import (
+    SEED_CLAIMS,
+    fit_multistep,
+    fit_nodes,
+    quantities,
+    seed_comparison,
+)
+from decodelab.replay_tradeoff import (
+    best_k,
+    measured_replay_us,
+    model_from_fits,
+    simulate,
+    tradeoff,
+)
+from decodelab.results import has_table, load_table
+
+params = NotebookParams(profile=profile, interactive=interactive, measure_live=measure_live,
+                        p_stop=p_stop, sim_requests=sim_requests, seed=seed)
+plots.use_style()
+
+# %% [markdown]
+# ## Measurements
+#
+# With a CUDA GPU and `measure_live=True` the sweeps run now (profile-sized; results go to
+# `data/local/`). Every K-step graph is first checked against K eager steps: exact tokens, and
+# states within a tolerance scaled to their magnitude, from two different start states. The
+# stored tables are then merged with the shipped reference results.
+
+# %%
+if params.measure_live and has_cuda():
+    written = bench(params.profile, paths.local_dir())
+    display(Markdown(f"Measured on this machine: {', '.join(p.name for p in written)}."))
+elif params.measure_live:
+    display(Markdown("This machine has no CUDA GPU, so nothing is measured here: the figures "
+                     "below show stored results only (origin in each label)."))
+
+nodes = load_table("replay_nodes") if has_table("replay_nodes") else None
+multi = load_table("replay_multistep") if has_table("replay_multistep") else None
+if nodes is None or multi is None:
+    display(Markdown("**No replay results are stored yet** (neither `data/reference/*/` nor "
+                     "`data/local/` holds `replay_nodes` and `replay_multistep`): run "
+                     "`make bench-gpu` on a CUDA machine. The figures below are skipped."))
+else:
+    display(Markdown("Stored results: " + ", ".join(
+        f"{plots.origin_label(o)} ({n} rows)" for o, n in multi["origin"].value_counts().items())))
+
+# %% [markdown]
+# ## Replay cost vs kernels inside the graph
+#
+# Each point is the median over repeats of back-to-back replays of a graph of n dependent
+# in-place adds on one element (bars: quartiles); red points launch the same n kernels eagerly.
+# A graph's wall time is `T_replay + n·T_node` once the device paces it; at the smallest n the
+# replays wait for the host to issue them (host time ≈ wall time), so those points are left out
+# of the wall fit and show up in the host fit instead. The host's time per replay barely depends
+# on n: issuing a graph costs the same whatever it contains.
+
+# %%
+if nodes is not None:
+    node_fits = fit_nodes(nodes)
+    fig = replay_plots.nodes_figure(nodes, node_fits)
+    plots.save(fig, "replay_nodes")
+    display(node_fits.round(4))
+
+
+# %%
+def _node_summary(fits: pd.DataFrame) -> str:
+    lines = []
+    for origin, f in fits.groupby("origin"):
+        g = f[(f["kind"] == "graph") & (f["metric"] == "wall")].iloc[0]
+        h = f[(f["kind"] == "graph") & (f["metric"] == "host")].iloc[0]
+        e = f[(f["kind"] == "eager") & (f["metric"] == "wall")].iloc[0]
+        lines.append(
+            f"- **{plots.origin_label(origin)}**: T_replay = {g['intercept']:.2f} µs "
+            f"[{g['intercept_ci_low']:.2f}, {g['intercept_ci_high']:.2f}] and T_node = "
+            f"{g['slope']:.3f} µs [{g['slope_ci_low']:.3f}, {g['slope_ci_high']:.3f}] per kernel "
+            f"inside a graph (R² = {g['r2']:.4f}, {g['n_excluded']} host-paced points left out); "
+            f"the host spends {h['intercept']:.2f} µs per replay; an eager launch costs "
+            f"T_launch = {e['slope']:.2f} µs [{e['slope_ci_low']:.2f}, {e['slope_ci_high']:.2f}] "
+            f"(R² = {e['r2']:.4f}), i.e. {e['slope'] / g['slope']:.1f}× a graph node.")
+    return "\n".join(lines)
+
+
+if nodes is not None:
+    display(Markdown(_node_summary(node_fits)))
+
+# %% [markdown]
+# ## Multi-step capture: T(K) measured vs fitted
+#
+# K toy steps captured in one graph, the state chained on the device, replayed N/K times per
+# sample. Variant `none` replays back to back; variant `readout` copies the K tokens into pinned
+# host memory after each replay and waits for them (what a server streaming tokens must do), so
+# its per-replay term also holds the copy and the host round trip. Dotted lines: fitted T_step.
+# `k_2pct` is the K beyond which even unboundedly many more steps per graph would cut the
+# per-step time by less than 2%. `r2` is that of the per-step form (the 1/K term is a few percent
+# of T_step, so small graph-to-graph differences weigh heavily); `r2_per_replay` is the same fit
+# written per replay, as the seed's model is.
+
+# %%
+if multi is not None:
+    step_fits = fit_multistep(multi)
+    fig = replay_plots.multistep_figure(multi, step_fits)
+    plots.save(fig, "replay_multistep")
+    display(step_fits[["origin", "config", "variant", "t_step_us", "intercept_ci_low",
+                       "intercept_ci_high", "t_replay_us", "slope_ci_low", "slope_ci_high", "r2",
+                       "r2_per_replay", "k_2pct", "k_max", "k_max_rel_dev"]].round(4))
+
+
+# %%
+def _step_summary(fits: pd.DataFrame) -> str:
+    lines = []
+    for r in fits.itertuples():
+        lines.append(
+            f"- {plots.origin_label(r.origin)}, **{r.config}**, {r.variant}: T_step = "
+            f"{r.t_step_us:.2f} µs, T_replay = {r.t_replay_us:.2f} µs "
+            f"[{r.slope_ci_low:.2f}, {r.slope_ci_high:.2f}] per graph; more than "
+            f"K = {r.k_2pct:.0f} steps per graph buys < 2%; at K = {r.k_max} the per-step wall "
+            f"is {100 * r.k_max_rel_dev:+.1f}% from T_step.")
+    return "\n".join(lines)
+
+
+if multi is not None:
+    display(Markdown(_step_summary(step_fits)))
+
+# %% [markdown]
+# ## Our numbers next to the seed's
+#
+# The seed's figure is a quotation (kept in `decodelab.replay_fit.SEED_CLAIMS` with its source),
+# measured on another GPU; ours are fitted from the stored rows above, with 95% confidence
+# intervals.
+
+# %%
+if nodes is not None and multi is not None:
+    seed_claim = SEED_CLAIMS["replay_per_step"]
+    display(Markdown(f"Seed claim: {seed_claim['value']} {seed_claim['unit']} on "
+                     f"{seed_claim['device']} — {seed_claim['source']}"))
+    display(seed_comparison(step_fits, node_fits).round(3))
+    display(quantities(node_fits, step_fits).round(3))
+
+# %% [markdown]
+# ## Stopping mid-chunk: wasted steps and time to client vs K
+#
+# A request stops after each step with probability p. With K steps per replay it wastes the rest
+# of its last chunk, and its tokens reach the client once per replay. Lines: the analytic model
+# with the fitted `readout` parameters (per-replay cost R, per-step cost S) for three stop
+# probabilities; markers: a seeded simulation at the chosen p that draws request lengths and
+# charges each replay its *measured* wall time. Time per useful token has a minimum: small K pays
+# the replay too often, large K wastes steps.
+
+# %%
+if multi is not None:
+    origin = step_fits["origin"].iloc[0]
+    config = step_fits["config"].iloc[0]
+    model = model_from_fits(step_fits, config, "readout", origin)
+    ks = sorted(int(k) for k in multi["k_steps"].unique())
+    probs = sorted({min(params.p_stop * f, 0.5) for f in (0.1, 1.0, 10.0)})
+    analytic = pd.concat([tradeoff(model, ks, p) for p in probs], ignore_index=True)
+    simulated = simulate(measured_replay_us(multi, config, "readout", origin), params.p_stop,
+                         n_requests=params.sim_requests, seed=params.seed)
+    fig = replay_plots.tradeoff_figure(analytic, simulated, mark_k=best_k(model, params.p_stop))
+    plots.save(fig, "replay_tradeoff")
+    check = simulated.merge(analytic[analytic["p_stop"] == params.p_stop], on="k_steps",
+                            suffixes=("_sim", "_model"))
+    worst = (check["us_per_useful_token_sim"] / check["us_per_useful_token_model"] - 1).abs().max()
+    display(Markdown(
+        f"Model from {plots.origin_label(origin)}, config **{config}**: R = "
+        f"{model.t_replay_us:.2f} µs per replay, S = {model.t_step_us:.2f} µs per step. At "
+        f"p = {params.p_stop:g} the best K is {best_k(model, params.p_stop)}; the simulation "
+        f"({params.sim_requests} requests, seed {params.seed}) agrees with the model's time per "
+        f"useful token within {100 * worst:.1f}% over the measured K."))
+
+# %% [markdown]
+# ## Explorer
+#
+# Choose K and the stop probability; the fitted model answers. Without a live kernel (the
+# report) this shows the static figure at the best K for the parameter `p_stop`.
+
+# %%
+if multi is not None:
+    replay_plots.explorer(model, ks, params.p_stop, interactive=params.interactive)
