@@ -99,9 +99,11 @@ class StaticBatch:
         hf[:, n:bucket] = np.array([0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.5])[:, None]
         hbt[n:bucket] = self.scratch_block
         if static:
-            self.dev_i[:, :bucket].copy_(self.host_i[k][:, :bucket], non_blocking=True)
-            self.dev_f[:, :bucket].copy_(self.host_f[k][:, :bucket], non_blocking=True)
-            self.dev_bt[:bucket].copy_(self.host_bt[k][:bucket], non_blocking=True)
+            # Whole mirrors: one contiguous pinned -> device copy each (a strided slice would
+            # be staged through pageable memory and copied synchronously).
+            self.dev_i.copy_(self.host_i[k], non_blocking=True)
+            self.dev_f.copy_(self.host_f[k], non_blocking=True)
+            self.dev_bt.copy_(self.host_bt[k], non_blocking=True)
             dev_i, dev_f, dev_bt = self.dev_i, self.dev_f, self.dev_bt
             ids, ctx32 = self.dev_ids[:bucket], self.dev_ctx32[:bucket]
             torch.index_select(self.last_token, 0, dev_i[0, :bucket], out=ids)

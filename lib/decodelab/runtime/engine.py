@@ -76,6 +76,8 @@ class Engine:
         self.out_tok = torch.zeros(2, 2 * rows, dtype=torch.int64, pin_memory=pin)
         self.out_bad = torch.zeros(2, 2 * rows, dtype=torch.bool, pin_memory=pin)
         self._out_flip = 0
+        # one reusable event per output buffer: it marks when that buffer's copy has landed
+        self._events = [torch.cuda.Event() for _ in range(2)] if pin else [None, None]
         self.free_slots = list(range(rows - 1, -1, -1))
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
@@ -199,9 +201,8 @@ class Engine:
             return
         for seq in rows:
             seq.launched += 1
-        event = None
-        if self.device.type == "cuda":
-            event = torch.cuda.Event()
+        event = self._events[buf]
+        if event is not None:
             event.record()
         self.pending.append(_Pending(rows, cols, buf, event))
         self._phase(rec, "update", t)

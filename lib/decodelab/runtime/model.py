@@ -178,10 +178,13 @@ class PagedLlama:
 
 @torch.inference_mode()
 def greedy_generate(model: PagedLlama, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
-                    step: Callable | None = None) -> tuple[list[list[int]], torch.Tensor]:
+                    step: Callable | None = None, forced: Sequence[Sequence[int]] | None = None
+                    ) -> tuple[list[list[int]], torch.Tensor]:
     """Greedy decode of a batch: prefill, then ``max_new_tokens - 1`` decode steps through
     ``step`` (``model.decode`` or ``DecodeGraphs.run``). Returns the new tokens per prompt and
-    the logits of every step (B, max_new_tokens, vocab). Blocks are freed on every exit path.
+    the logits of every step (B, max_new_tokens, vocab). ``forced`` (B, max_new_tokens) feeds
+    those tokens instead of the argmax (teacher forcing: two implementations then see the same
+    inputs even where a near-tie flips a token). Blocks are freed on every exit path.
     A reference loop for tests and benchmarks; the runtime engine is the real scheduler."""
     cache, pool, bs = model.cache, model.cache.pool, model.cache.block_size
     step = step or model.decode
@@ -194,9 +197,11 @@ def greedy_generate(model: PagedLlama, prompts: Sequence[Sequence[int]], max_new
         rows = torch.arange(len(prompts), device=model.device)
         pos = torch.tensor([len(p) for p in prompts], dtype=torch.int64, device=model.device)
         steps = [logits]
-        for _ in range(max_new_tokens - 1):
+        fed = None if forced is None else torch.tensor(forced, device=model.device)
+        for i in range(max_new_tokens - 1):
             slots = bt[rows, pos // bs].long() * bs + pos % bs
-            logits = step(logits.argmax(-1), pos, slots, bt, (pos + 1).int()).clone()
+            tokens = logits.argmax(-1) if fed is None else fed[:, i]
+            logits = step(tokens, pos, slots, bt, (pos + 1).int()).clone()
             steps.append(logits)
             pos = pos + 1
     finally:

@@ -1,0 +1,167 @@
+"""``python -m decodelab bench paged_model``: decode step time of the paged Llama, against the
+HBM roofline and against ``transformers``' ``generate`` on the same weights.
+
+Modes (table ``paged_model``, one row per mode x batch x context):
+- ``graph``: ``DecodeGraphs.run`` (input copies into the static buffers + one graph replay).
+- ``eager``: the same ``PagedLlama.decode`` launched op by op (Triton kernels on a GPU).
+- ``hf_dynamic`` / ``hf_static``: ``LlamaForCausalLM.generate`` (greedy), its default cache and
+  its static cache (auto-compile off: compiling alone would take far longer than the whole
+  bench). Per-token time = (time of N new tokens - time of 1) / (N - 1): decode only.
+
+``context`` = tokens attended by the step (the new one included). ``bytes_per_step`` = weights
+read (all layers, the head, B embedding rows) + the K/V attended; ``roofline_fraction`` = time
+those bytes need at the device-to-device copy bandwidth measured in this run / measured step
+time. Every fast path is validated before timing: Triton attention against the reference,
+graph against eager (token for token), and our logits against ``transformers``.
+A second table, ``paged_model_kernels``, lists per-kernel device time of one graph step at
+batch 1 (from the profiler): where the step's time goes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from decodelab.device import has_cuda
+from decodelab.profiles import PROFILES
+from decodelab.results import write_table
+from decodelab.runtime import bench_checks as checks
+from decodelab.runtime.cache import PagedKVCache
+from decodelab.runtime.config import named_config
+from decodelab.runtime.model import PagedLlama
+from decodelab.runtime.weights import from_state_dict, random_state_dict
+from decodelab.timing import TimingConfig, time_cuda, time_host
+from decodelab.validate import check_choice
+
+
+@dataclass(frozen=True, slots=True)
+class PagedModelBenchConfig:
+    profile: str
+    model: str
+    dtype: str
+    batches: tuple[int, ...]
+    contexts: tuple[int, ...]
+    hf_batches: tuple[int, ...]
+    hf_new_tokens: int
+    block_size: int = 16
+    warmup: int = 3
+    repeats: int = 10
+    inner: int = 10
+
+    def __post_init__(self) -> None:
+        check_choice("PagedModelBenchConfig", "profile", self.profile, PROFILES)
+        check_choice("PagedModelBenchConfig", "dtype", self.dtype, ("bfloat16", "float32"))
+
+    @classmethod
+    def for_profile(cls, profile: str) -> PagedModelBenchConfig:
+        if profile == "gpu" and has_cuda():
+            return cls(profile, "llama-3.2-1b", "bfloat16", (1, 8, 32, 128), (512, 4096),
+                       hf_batches=(1, 8), hf_new_tokens=17)
+        if profile == "smoke":
+            return cls(profile, "tiny", "float32", (1, 4), (32,), hf_batches=(1,),
+                       hf_new_tokens=3, warmup=1, repeats=2, inner=2)
+        return cls(profile, "tiny", "float32", (1, 8), (64, 256), hf_batches=(1,),
+                   hf_new_tokens=9, repeats=5, inner=5)
+
+    @property
+    def timing(self) -> TimingConfig:
+        return TimingConfig(self.warmup, self.repeats, self.inner)
+
+
+def copy_bandwidth_gb_s(device: torch.device, nbytes: int, cfg: TimingConfig) -> float:
+    """Device-to-device (or host memory) copy rate, bytes read + written per second / 1e9."""
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device).uniform_()
+    dst = torch.empty_like(src)
+    if device.type == "cuda":
+        t = time_cuda(lambda: dst.copy_(src), cfg).device_stats().median
+    else:
+        t = time_host(lambda: dst.copy_(src), cfg).wall_stats().median
+    return 2 * nbytes / t / 1e9
+
+
+def _time_step(fn, device: torch.device, cfg: TimingConfig) -> tuple[float, float, float]:
+    """(wall, host, device) seconds per step, medians; device = wall on a CPU."""
+    if device.type == "cuda":
+        t = time_cuda(fn, cfg)
+        return t.wall_stats().median, t.host_stats().median, t.device_stats().median
+    t = time_host(fn, cfg)
+    return t.wall_stats().median, t.host_stats().median, t.wall_stats().median
+
+
+def _decode_inputs(cache: PagedKVCache, batch: int, context: int):
+    """B sequences with ``context`` tokens each (the last one new this step): static tensors."""
+    bs = cache.block_size
+    tables = [cache.pool.allocate(cache.pool.blocks_needed(context)) for _ in range(batch)]
+    bt = cache.block_table_tensor(tables)
+    pos = torch.full((batch,), context - 1, dtype=torch.int64, device=cache.device)
+    rows = torch.arange(batch, device=cache.device)
+    slots = bt[rows, pos // bs].long() * bs + pos % bs
+    ids = torch.randint(0, cache.config.vocab_size, (batch,), device=cache.device)
+    return tables, (ids, pos, slots, bt, (pos + 1).int())
+
+
+def _row(mode, batch, context, wall, host, device_s, nbytes, bw, **extra) -> dict:
+    """One result row; graph-only columns are NaN elsewhere so every run has one schema."""
+    nan = float("nan")
+    extra = dict(dict(capture_s=nan, graph_mem_mib=nan, bucket=nan), **extra)
+    return dict(mode=mode, batch=batch, context=context, ms_per_token=wall * 1e3,
+                device_ms_per_step=device_s * 1e3, host_ms_per_step=host * 1e3,
+                tokens_per_s=batch / wall, bytes_per_step=nbytes,
+                achieved_gb_s=nbytes / wall / 1e9, copy_gb_s=bw,
+                roofline_fraction=nbytes / (bw * 1e9) / wall, **extra)
+
+
+def bench(profile: str, out_dir: Path) -> list[Path]:
+    cfg = PagedModelBenchConfig.for_profile(profile)
+    dev = torch.device("cuda" if cfg.profile == "gpu" and has_cuda() else "cpu")
+    dtype = getattr(torch, cfg.dtype)
+    mcfg = named_config(cfg.model)
+    t_start = time.perf_counter()
+    bw = copy_bandwidth_gb_s(dev, (1 << 30) if dev.type == "cuda" else (64 << 20), cfg.timing)
+    sd = random_state_dict(mcfg, seed=0, dtype=dtype, device=dev)
+    weights = from_state_dict(mcfg, sd, dtype=dtype, device=dev)
+    max_ctx = max(cfg.contexts)
+    blocks_per_seq = -(-max_ctx // cfg.block_size) + 1
+    cache = PagedKVCache(mcfg, max(cfg.batches) * blocks_per_seq + 64, cfg.block_size,
+                         dtype=dtype, device=dev)
+    model = PagedLlama(mcfg, weights, cache)
+    graphs = checks.make_graphs(model, cfg.batches, blocks_per_seq) if dev.type == "cuda" else None
+    hf = checks.hf_model(mcfg, sd, dev)
+    checked = checks.validate(model, graphs, hf)  # raises if a fast path disagrees
+    cache.k.normal_()  # attended K/V: finite values at every slot the timed steps read
+    cache.v.normal_()
+
+    def step_bytes(batch: int, context: int) -> int:
+        kv = batch * context * mcfg.kv_bytes_per_token(cache.k.element_size())
+        return weights.nbytes_per_step(batch) + kv
+
+    rows = []
+    for context in cfg.contexts:
+        for batch in cfg.batches:
+            tables, inputs = _decode_inputs(cache, batch, context)
+            modes = {"eager": lambda inputs=inputs: model.decode(*inputs)}
+            if graphs is not None:
+                modes["graph"] = lambda inputs=inputs: graphs.run(*inputs)
+            for mode, fn in modes.items():
+                wall, host, dev_s = _time_step(fn, dev, cfg.timing)
+                extra = dict(capture_s=graphs.capture_s, graph_mem_mib=graphs.graph_mem_mib,
+                             bucket=graphs.bucket_for(batch)) if mode == "graph" else {}
+                rows.append(_row(mode, batch, context, wall, host, dev_s,
+                                 step_bytes(batch, context), bw, max_rel_err=checked[mode],
+                                 **extra))
+            for t in tables:
+                cache.pool.free(t)
+    kernels = checks.kernel_profile(graphs, cache) if graphs is not None else None
+    if hf is not None:
+        rows += checks.hf_rows(hf, mcfg, cfg, _row, step_bytes, bw, checked["hf"])
+    for r in rows:
+        r.update(model=cfg.model, dtype=cfg.dtype, block_size=cfg.block_size,
+                 bench_s=round(time.perf_counter() - t_start, 1))
+    paths = [write_table("paged_model", rows, out_dir=out_dir, config=cfg, profile=profile)]
+    if kernels:
+        paths.append(write_table("paged_model_kernels", kernels, out_dir=out_dir, config=cfg,
+                                 profile=profile))
+    return paths
