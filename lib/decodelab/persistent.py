@@ -1,0 +1,232 @@
+"""Phase 3: the toy decode loop in one persistent CUDA kernel (``kernels/persistent.cu``).
+
+``run()`` executes N chained toy steps on the device in one launch (variants ``block``, ``grid``,
+``cluster``), stopping on the device when a row emits the stop token. ``validate()`` checks a
+variant against the eager torch reference on the same weights and device before anything is
+timed; ``bench()`` measures steps/s per variant next to the phase-2 graph replay on the same
+configurations, the barrier costs, and a latency model (stages x barrier + arithmetic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from decodelab import toy
+from decodelab.profiles import PROFILES
+from decodelab.validate import ConfigError, check_choice, check_int
+
+VARIANTS = ("block", "grid", "cluster")
+VARIANT_CODES = {"block": 0, "grid": 1, "cluster": 2}
+THREADS = (256, 512)
+MAX_HIDDEN = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class KernelConfig:
+    """How the persistent kernel is launched: variant, threads per block, blocks per row (0 = auto)."""
+
+    variant: str = "auto"
+    threads: int = 512
+    group: int = 0
+
+    def __post_init__(self) -> None:
+        check_choice("KernelConfig", "variant", self.variant, ("auto", *VARIANTS))
+        check_choice("KernelConfig", "threads", self.threads, THREADS)
+        check_int("KernelConfig", "group", self.group, 0, 128)
+        if self.variant == "block" and self.group > 1:
+            raise ConfigError(f"KernelConfig.group={self.group}: the block variant uses one "
+                              "block per row (group 0 or 1)")
+        if self.variant == "cluster" and self.group > 16:
+            raise ConfigError(f"KernelConfig.group={self.group}: a cluster holds at most 16 blocks")
+
+
+def check_shape(cfg: toy.ToyConfig) -> None:
+    """The kernels' shape limits (fp32; hidden a multiple of 4 up to 1024)."""
+    if cfg.dtype != "float32":
+        raise ConfigError(f"ToyConfig.dtype={cfg.dtype!r}: the persistent kernels run 'float32'")
+    if cfg.hidden % 4 or cfg.hidden > MAX_HIDDEN:
+        raise ConfigError(f"ToyConfig.hidden={cfg.hidden}: the persistent kernels need a multiple "
+                          f"of 4 in [4, {MAX_HIDDEN}]")
+
+
+def check_stop(stop: int, vocab: int) -> None:
+    check_int("persistent", "stop", stop, -1, vocab - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    tokens: torch.Tensor  # (N, B) int64, -1 after a row stopped
+    steps: torch.Tensor  # (B,) int32 steps each row ran
+    x_final: torch.Tensor  # (B, H) state after each row's last step
+    states: torch.Tensor | None  # (N, B, H) when recorded
+    info: dict  # launch plan: variant, group, blocks, threads, placements, smem bytes
+
+
+def _ext():
+    from decodelab.kernel_build import load_persistent
+
+    return load_persistent().module
+
+
+def cluster_available() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+
+
+def resolve_variant(cfg: toy.ToyConfig, kcfg: KernelConfig) -> str:
+    """``auto``: ``block`` when one block keeps every weight on chip, else ``cluster`` on sm_90+
+    (selected automatically when present), else ``grid``."""
+    if kcfg.variant != "auto":
+        return kcfg.variant
+    info = plan(cfg, KernelConfig("block", kcfg.threads))
+    if info["ok"] and "global" not in (info["w_place"], info["wout_place"], info["e_place"]):
+        return "block"
+    return "cluster" if cluster_available() else "grid"
+
+
+def plan(cfg: toy.ToyConfig, kcfg: KernelConfig) -> dict:
+    """The launch plan for a shape (needs the GPU: limits come from the device)."""
+    check_shape(cfg)
+    variant = kcfg.variant if kcfg.variant != "auto" else resolve_variant(cfg, kcfg)
+    return dict(_ext().plan(cfg.hidden, cfg.layers, cfg.vocab, cfg.batch, VARIANT_CODES[variant],
+                            kcfg.threads, kcfg.group), variant=variant)
+
+
+def run(weights: toy.ToyWeights, x0: torch.Tensor, n_steps: int, *, stop: int = -1,
+        kcfg: KernelConfig = KernelConfig(), record_states: bool = False) -> RunResult:
+    """``n_steps`` chained toy steps in one kernel launch (asynchronous: no sync here)."""
+    from decodelab.kernel_build import require_cuda
+
+    require_cuda()
+    check_int("persistent.run", "n_steps", n_steps, 1, 10_000_000)
+    cfg = toy.ToyConfig(hidden=x0.shape[1], layers=weights.w.shape[0], batch=x0.shape[0],
+                        vocab=weights.w_out.shape[1])
+    check_shape(cfg)
+    check_stop(stop, cfg.vocab)
+    if weights.device.type != "cuda" or x0.device != weights.device:
+        raise ConfigError(f"persistent.run: weights ({weights.device}) and x0 ({x0.device}) must "
+                          "be on the same CUDA device")
+    variant = resolve_variant(cfg, kcfg)
+    tokens, steps, x_final, states, info = _ext().run(
+        weights.w, weights.b, weights.w_out, weights.embed, x0.contiguous(), n_steps, stop,
+        VARIANT_CODES[variant], kcfg.threads, kcfg.group, record_states)
+    return RunResult(tokens, steps, x_final, states if record_states else None,
+                     dict(info, variant=variant))
+
+
+def reference_with_stop(ref: toy.Trajectory, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens (N, B) with -1 after each row's first ``stop`` token, and steps (B,) per row."""
+    tokens = ref.tokens.clone()
+    n_steps, batch = tokens.shape
+    steps = torch.full((batch,), n_steps, dtype=torch.int32)
+    if stop >= 0:
+        for row in range(batch):
+            hits = (tokens[:, row] == stop).nonzero()
+            if len(hits):
+                steps[row] = int(hits[0]) + 1
+                tokens[int(hits[0]) + 1:, row] = -1
+    return tokens, steps
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """Outcome of one validation run against the eager reference."""
+
+    tokens_equal: bool
+    steps_equal: bool
+    first_mismatch: tuple[int, int] | None  # (step, row)
+    margin: float | None  # reference logit(ref token) - logit(kernel token) at the mismatch
+    max_state_err: float
+    state_tol: float
+
+    @property
+    def ok(self) -> bool:
+        return self.tokens_equal and self.steps_equal and self.max_state_err <= self.state_tol
+
+    def describe(self) -> str:
+        if self.ok:
+            return f"ok (max state error {self.max_state_err:.2e} <= {self.state_tol:.2e})"
+        parts = []
+        if self.first_mismatch is not None:
+            step, row = self.first_mismatch
+            parts.append(f"token differs at step {step}, row {row} (reference logit margin of the "
+                         f"two candidates {self.margin:.3g})")
+        if not self.steps_equal:
+            parts.append("steps taken differ")
+        if self.max_state_err > self.state_tol:
+            parts.append(f"state error {self.max_state_err:.2e} > tolerance {self.state_tol:.2e}")
+        return "; ".join(parts)
+
+
+def compare(weights: toy.ToyWeights, x0: torch.Tensor, ref: toy.Trajectory, got: RunResult,
+            stop: int = -1) -> Check:
+    """Tokens must be identical, steps exact, states within toy.state_tolerance."""
+    exp_tokens, exp_steps = reference_with_stop(ref, stop)
+    tokens, steps = got.tokens.cpu(), got.steps.cpu()
+    diff = (tokens != exp_tokens.cpu()).nonzero()
+    first, margin = None, None
+    if len(diff):
+        step, row = (int(v) for v in diff[0])
+        first = (step, row)
+        x_before = ref.states[step - 1, row:row + 1] if step > 0 else x0[row:row + 1]
+        if 0 <= int(tokens[step, row]) < ref_vocab(weights):
+            logits = toy.logits_of(weights, x_before)[0]
+            margin = float(logits[exp_tokens[step, row]] - logits[tokens[step, row]])
+        else:
+            margin = float("nan")
+    n_valid = int(exp_steps.max())
+    tol = toy.state_tolerance(ref.states[:n_valid], torch.float32)
+    err = 0.0
+    if got.states is not None:
+        mask = (exp_tokens[:n_valid] >= 0).to(ref.states.device)[..., None]
+        err = float(((got.states[:n_valid] - ref.states[:n_valid]).abs() * mask).max())
+    rows = torch.arange(ref.states.shape[1])
+    final_ref = ref.states[(exp_steps - 1).long().to(ref.states.device), rows.to(ref.states.device)]
+    err = max(err, float((got.x_final - final_ref).abs().max()))
+    return Check(first is None, bool(torch.equal(steps, exp_steps)), first, margin, err, tol)
+
+
+def ref_vocab(weights: toy.ToyWeights) -> int:
+    return weights.w_out.shape[1]
+
+
+def validate(weights: toy.ToyWeights, x0: torch.Tensor, ref: toy.Trajectory, kcfg: KernelConfig,
+             stop: int = -1) -> Check:
+    """Run ``len(ref.tokens)`` steps with states recorded and compare with the reference."""
+    got = run(weights, x0, ref.tokens.shape[0], stop=stop, kcfg=kcfg, record_states=True)
+    torch.cuda.synchronize()
+    return compare(weights, x0, ref, got, stop)
+
+
+def stop_token_for(ref: toy.Trajectory) -> int:
+    """A stop token that row 0 emits part-way (so stopping is exercised), from the reference."""
+    n_steps = ref.tokens.shape[0]
+    return int(ref.tokens[n_steps // 3, 0])
+
+
+@dataclass(frozen=True, slots=True)
+class NotebookParams:
+    """Parameters of notebook 03_persistent."""
+
+    profile: str
+    interactive: bool
+    n_validate: int = 1000
+
+    def __post_init__(self) -> None:
+        check_choice("NotebookParams", "profile", self.profile, PROFILES)
+        if not isinstance(self.interactive, bool):
+            raise ConfigError(f"NotebookParams.interactive={self.interactive!r}: must be a bool")
+        check_int("NotebookParams", "n_validate", self.n_validate, 1, 100_000)
+
+
+def bench(profile: str, out_dir: Path) -> list[Path]:
+    """Validate every variant, then measure and write ``persistent`` and ``persistent_barriers``."""
+    from decodelab.persistent_bench import run_bench
+
+    check_choice("bench", "profile", profile, PROFILES)
+    from decodelab.kernel_build import require_cuda
+
+    require_cuda()
+    return run_bench(profile, Path(out_dir))

@@ -1,0 +1,130 @@
+"""Phase 3: configs, the no-GPU path, the latency model, reference stop handling, and (GPU) every
+persistent variant against the eager torch reference."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from decodelab import persistent, toy
+from decodelab.persistent_bench import barrier_for, latency_model_us, sweep_plan
+from decodelab.validate import ConfigError
+
+
+def test_kernel_config_validation():
+    assert persistent.KernelConfig().variant == "auto"
+    with pytest.raises(ConfigError, match="variant"):
+        persistent.KernelConfig(variant="warp")
+    with pytest.raises(ConfigError, match="threads"):
+        persistent.KernelConfig("block", threads=100)
+    with pytest.raises(ConfigError, match="group"):
+        persistent.KernelConfig("block", group=2)
+    with pytest.raises(ConfigError, match="16 blocks"):
+        persistent.KernelConfig("cluster", group=32)
+
+
+def test_shape_and_stop_validation():
+    persistent.check_shape(toy.named("h256"))
+    with pytest.raises(ConfigError, match="hidden"):
+        persistent.check_shape(toy.ToyConfig(hidden=2048, layers=1, batch=1, vocab=16))
+    with pytest.raises(ConfigError, match="hidden"):
+        persistent.check_shape(toy.ToyConfig(hidden=30, layers=1, batch=1, vocab=16))
+    with pytest.raises(ConfigError, match="float32"):
+        persistent.check_shape(toy.ToyConfig(hidden=64, layers=1, batch=1, vocab=16,
+                                             dtype="bfloat16"))
+    with pytest.raises(ConfigError, match="stop"):
+        persistent.check_stop(256, 256)
+    persistent.check_stop(-1, 256)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_needs_a_cuda_gpu(tmp_path):
+    cfg = toy.named("ultra-light")
+    w, x0 = toy.make_weights(cfg), toy.initial_state(cfg)
+    with pytest.raises(ConfigError, match="needs a CUDA GPU"):
+        persistent.run(w, x0, 10)
+    with pytest.raises(ConfigError, match="needs a CUDA GPU"):
+        persistent.bench("gpu", tmp_path)
+
+
+def test_notebook_params():
+    persistent.NotebookParams(profile="smoke", interactive=False)
+    with pytest.raises(ConfigError, match="profile"):
+        persistent.NotebookParams(profile="huge", interactive=False)
+    with pytest.raises(ConfigError, match="n_validate"):
+        persistent.NotebookParams(profile="cpu", interactive=True, n_validate=0)
+
+
+def test_latency_model_math():
+    # 5 barriers of 0.1 µs + 2e6 flop over 2 SMs at 256 flop/clk and 1 GHz = 0.5 + 3.90625 µs
+    assert math.isclose(latency_model_us(5, 0.1, 2e6, 2, 1e9), 0.5 + 2e6 / (2 * 256 * 1e9) * 1e6)
+    assert latency_model_us(0, 0.0, 0.0, 1, 1e9) == 0.0
+    with pytest.raises(ValueError):
+        latency_model_us(1, 0.1, 1.0, 0, 1e9)
+
+
+def test_barrier_lookup_nearest_size():
+    rows = [{"barrier": "grid_sync", "threads": 256, "blocks": b, "us": b / 10} for b in (1, 8, 32)]
+    rows.append({"barrier": "syncthreads", "threads": 512, "blocks": 1, "us": 0.02})
+    assert barrier_for(rows, "grid", 256, 6) == 0.8
+    assert barrier_for(rows, "block", 512, 1) == 0.02
+    assert math.isnan(barrier_for(rows, "cluster", 256, 4))
+
+
+def test_sweep_plans_are_valid_shapes():
+    for profile in ("smoke", "gpu"):
+        for _, cfg in sweep_plan(profile).shapes:
+            persistent.check_shape(cfg)
+
+
+def test_reference_with_stop():
+    tokens = torch.tensor([[1, 2], [3, 2], [3, 5], [4, 3]])
+    ref = toy.Trajectory(tokens, torch.zeros(4, 2, 3))
+    got, steps = persistent.reference_with_stop(ref, 3)
+    assert steps.tolist() == [2, 4]
+    assert got[:, 0].tolist() == [1, 3, -1, -1]
+    assert got[:, 1].tolist() == [2, 2, 5, 3]
+    same, all_steps = persistent.reference_with_stop(ref, -1)
+    assert torch.equal(same, tokens) and all_steps.tolist() == [4, 4]
+
+
+def _check_all(cfg: toy.ToyConfig, n_steps: int, kcfg: persistent.KernelConfig) -> None:
+    w, x0 = toy.make_weights(cfg, "cuda"), toy.initial_state(cfg, "cuda")
+    ref = toy.run_eager(w, x0, n_steps)
+    check = persistent.validate(w, x0, ref, kcfg)
+    assert check.ok, check.describe()
+    stop = persistent.stop_token_for(ref)
+    check = persistent.validate(w, x0, ref, kcfg, stop=stop)
+    assert check.ok, check.describe()
+
+
+GPU_SHAPES = [toy.named("ultra-light"), toy.named("h256"),
+              toy.ToyConfig(hidden=32, layers=4, batch=3, vocab=256),
+              toy.ToyConfig(hidden=128, layers=1, batch=2, vocab=512),
+              toy.ToyConfig(hidden=64, layers=3, batch=1, vocab=1000, seed=3),
+              toy.ToyConfig(hidden=512, layers=2, batch=1, vocab=256)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", persistent.VARIANTS)
+@pytest.mark.parametrize("cfg", GPU_SHAPES, ids=lambda c: f"h{c.hidden}l{c.layers}b{c.batch}v{c.vocab}")
+def test_variant_matches_reference(variant: str, cfg: toy.ToyConfig):
+    if variant == "cluster" and not persistent.cluster_available():
+        pytest.skip("thread-block clusters need sm_90")
+    kcfg = persistent.KernelConfig(variant, 512 if variant == "block" else 256)
+    if not persistent.plan(cfg, kcfg)["ok"]:
+        pytest.skip(persistent.plan(cfg, kcfg)["why"])
+    _check_all(cfg, 1000, kcfg)
+
+
+@pytest.mark.gpu
+def test_auto_variant_and_stop_at_first_step():
+    cfg = toy.named("ultra-light")
+    w, x0 = toy.make_weights(cfg, "cuda"), toy.initial_state(cfg, "cuda")
+    ref = toy.run_eager(w, x0, 5)
+    first = int(ref.tokens[0, 0])
+    got = persistent.run(w, x0, 5, stop=first)
+    assert got.steps.tolist() == [1]
+    assert got.tokens[:, 0].tolist() == [first, -1, -1, -1, -1]
