@@ -227,6 +227,17 @@ def test_figures_on_synthetic_frames():
     plt.close(fig)
 
 
+def test_explorer_degrades_to_a_static_figure():
+    pytest.importorskip("IPython")
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    replay_plots.explorer(replay_tradeoff.ChunkModel(8.0, 3.0), [1, 2, 4, 8], 0.05,
+                          interactive=False)
+    assert plt.get_fignums()  # the figure at the best K was drawn
+    plt.close("all")
+
+
 # --------------------------------------------------------------------------- GPU
 
 

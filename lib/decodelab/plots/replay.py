@@ -122,7 +122,7 @@ def explorer(model, k_values, p_stop: float, *, interactive: bool):
     """Choose K and the stop probability; show the model's trade-off at that point.
 
     ``model`` is a :class:`decodelab.replay_tradeoff.ChunkModel`. Without ``interactive`` (or
-    without ipywidgets) it returns the static figure at the best K for ``p_stop``.
+    without ipywidgets) it shows the static figure at the best K for ``p_stop``.
     """
     from IPython.display import Markdown, display
 
@@ -136,9 +136,8 @@ def explorer(model, k_values, p_stop: float, *, interactive: bool):
             f"{100 * row['waste_fraction']:.1f}% of executed steps wasted, tokens reach the "
             f"client every {row['time_to_client_us']:.0f} µs (best K for this p: "
             f"{best_k(model, p)})"))
-        fig = tradeoff_figure(frame, mark_k=k)
+        tradeoff_figure(frame, mark_k=k)
         plt.show()
-        return fig
 
     if interactive:
         try:
