@@ -16,7 +16,7 @@
 #
 # Every phase measured one layer of the decode stack. Here the measurements are put together:
 # for each regime (eager, single-step graph, multi-step graph, persistent kernel, the runtime
-# loop, a real-shaped transformer) one decode step is split into
+# loop, a real-shaped transformer eager and graph-captured) one decode step is split into
 #
 # $$T_\text{step} = T_\text{dispatch} + T_\text{replay} + T_\text{node} + T_\text{orchestration} + T_\text{compute}$$
 #
@@ -34,6 +34,8 @@ runtime_batch = 32
 context = 512
 
 # %%
+from dataclasses import replace
+
 import pandas as pd
 from IPython.display import Markdown, display
 
@@ -72,9 +74,10 @@ table = regime_table(regimes)
 # | eager | phase 1, wall per step | compute = GPU-busy; dispatch = wall − GPU-busy (the GPU waits while the host issues kernels) |
 # | graph (one step per replay) | phase 1, wall per step | compute = GPU-busy; node = fitted per-step time with replay amortised away (phase 2, K→∞) − GPU-busy; replay = remainder |
 # | multi-step graph (largest K) | phase 2, wall per step | replay = fitted replay cost / K; compute = GPU-busy; node = remainder |
-# | persistent kernel (fastest variant) | phase 3, µs per step | node = barriers per step × measured barrier latency (when recorded); compute = remainder |
-# | runtime loop | phase 4b, engine step | orchestration = engine step − bare graph forward (phase 4a, same batch); replay = fitted replay cost (phase 2); compute = remainder |
-# | transformer decode | phase 4a, graph decode per token | replay = fitted replay cost (phase 2); compute = remainder |
+# | persistent kernel (fastest kernel variant) | phase 3, µs per step | node = barriers per step × measured latency of that variant's barrier; compute = remainder |
+# | runtime loop | phase 4b, engine step | orchestration = engine step − bare graph forward (phase 4a, same batch); the forward split as below |
+# | transformer decode, eager | phase 4a, eager wall per step | compute = device span of the same step graph-captured; dispatch = remainder |
+# | transformer decode (graph) | phase 4a, wall per step | compute = summed kernel time (profiler); node = device span (CUDA events) − summed kernel time; replay = wall − device span (graph launch, input copies) |
 #
 # Uncertainty: the interquartile range of the step where a term is a remainder, the 95%
 # confidence interval where a term is fitted; the profiler's GPU-busy time is one window and
@@ -109,6 +112,21 @@ if regimes:
     plots.save(fig, "headline_decomposition")
 else:
     fig = empty_figure(f"No decomposition yet: no phase tables from {origin_name}.")
+
+# %% [markdown]
+# The same toy regimes with more arithmetic per step (the h256 toy config, where the seed saw
+# compute take over), when the phases measured it:
+
+# %%
+TOY_REGIMES = ("eager", "graph", "multi-step graph", "persistent kernel")
+alt_config = "h256" if params.toy_config != "h256" else "ultra-light"
+alt = [r for r in decompose(tables, replace(params.headline, toy_config=alt_config))[0]
+       if r.name in TOY_REGIMES]
+if alt:
+    decomposition_figure(terms_frame(alt), regime_table(alt),
+                         f"Toy step {alt_config}: {origin_name}")
+else:
+    display(Markdown(f"No data yet for the {alt_config} toy config."))
 
 # %% [markdown]
 # ## The regime table, computed

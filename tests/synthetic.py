@@ -6,6 +6,7 @@ tables are built so that the definitions of :mod:`decodelab.regimes` recover exa
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,15 +18,19 @@ T_STEP_INF, T_REPLAY = 15.0, 5.0  # multi-step fit: wall per step = 15 + 5 / K
 BUSY = 12.0  # GPU-busy per toy step
 REPLAY_FIXED, REPLAY_NODE = 4.0, 0.5  # replay_nodes graph: wall = 4 + 0.5 n
 BARRIERS, BARRIER_US = 5, 0.02
+# Paged model, graph mode, context 512: batch -> (wall, device span) in ms; kernels at batch 1.
+MODEL = {1: (2.0, 1.99), 32: (2.5, 2.49)}
+KERNELS_US = (1500.0, 450.0)
 
 KNOWN = {
     "eager": {"dispatch": 48.0, "compute": BUSY},
     "graph": {"replay": 5.0, "node": T_STEP_INF - BUSY, "compute": BUSY},
     "multi-step graph": {"replay": T_REPLAY / 64, "node": T_STEP_INF - BUSY, "compute": BUSY},
     "persistent kernel": {"node": BARRIERS * BARRIER_US, "compute": 0.4 - BARRIERS * BARRIER_US},
-    "runtime loop": {"orchestration": 200.0, "replay": REPLAY_FIXED,
-                     "compute": 2500.0 - REPLAY_FIXED},
-    "transformer decode": {"replay": REPLAY_FIXED, "compute": 2000.0 - REPLAY_FIXED},
+    "runtime loop": {"orchestration": 200.0, "replay": 10.0, "compute": 2490.0},
+    "transformer decode, eager": {"dispatch": 9000.0 - 1990.0, "compute": 1990.0},
+    "transformer decode": {"replay": 10.0, "node": 1990.0 - sum(KERNELS_US),
+                           "compute": sum(KERNELS_US)},
 }
 
 
@@ -46,22 +51,24 @@ def tables(busy_graph: float = BUSY) -> dict[str, pd.DataFrame]:
               "host_us": 2.0 + 0.01 * n if kind == "graph" else 2.9 * n}
              for kind in ("graph", "eager") for n in (1, 2, 4, 8, 16, 32)]
     persistent = [{"variant": v, "hidden": h, "layers": 4, "batch": 1, "us_per_step": us,
-                   "steps_per_s": 1e6 / us, "barriers_per_step": BARRIERS}
+                   "us_per_step_q1": us * 0.9, "us_per_step_q3": us * 1.1,
+                   "steps_per_s": 1e6 / us, "barriers_per_step": BARRIERS if v != "graph_k1" else 0,
+                   "barrier_us": {"block": BARRIER_US, "grid": 0.5}.get(v, math.nan)}
                   for v, h, us in (("block", 64, 0.4), ("grid", 64, 0.9), ("block", 256, 1.5),
-                                   ("grid", 256, 2.5))]
-    barriers = [{"variant": "block", "us_per_barrier": BARRIER_US},
-                {"variant": "grid", "us_per_barrier": 0.5}]
-    model = [{"mode": m, "batch": b, "context": c, "us_per_token": us}
-             for m, b, c, us in (("graph", 1, 512, 2000.0), ("graph", 32, 512, 2300.0),
-                                 ("eager", 1, 512, 9000.0), ("graph", 1, 4096, 2600.0))]
-    model[1]["us_per_token"] = 2500.0  # the bare forward at batch 32
+                                   ("grid", 256, 2.5), ("graph_k1", 64, 0.01))]
+    model = [{"mode": m, "batch": b, "context": c, "ms_per_token": wall,
+              "device_ms_per_step": span}
+             for m, b, c, wall, span in (("graph", 1, 512, *MODEL[1]), ("graph", 32, 512, *MODEL[32]),
+                                         ("eager", 1, 512, 9.0, 8.9), ("graph", 1, 4096, 2.6, 2.5))]
+    kernels = [{"kernel": f"k{i}", "us_per_step": us, "batch": 1, "context": 512}
+               for i, us in enumerate(KERNELS_US)]
     runtime = [{"batch": b, "step_us": us} for b, us in ((1, 2300.0), (32, 2700.0))]
     frames = {
         "dispatch": pd.DataFrame([_dispatch_row("eager", 60.0, 55.0, BUSY),
                                   _dispatch_row("cuda_graph", 20.0, 2.5, busy_graph)]),
         "replay_multistep": pd.DataFrame(multistep), "replay_nodes": pd.DataFrame(nodes),
-        "persistent": pd.DataFrame(persistent), "persistent_barriers": pd.DataFrame(barriers),
-        "paged_model": pd.DataFrame(model), "runtime": pd.DataFrame(runtime),
+        "persistent": pd.DataFrame(persistent), "paged_model": pd.DataFrame(model),
+        "paged_model_kernels": pd.DataFrame(kernels), "runtime": pd.DataFrame(runtime),
     }
     for frame in frames.values():
         frame.insert(0, "device", "h200")

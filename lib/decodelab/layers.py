@@ -31,9 +31,9 @@ from decodelab.validate import ConfigError, check_choice, check_int
 
 LAYERS = ("dispatch", "replay", "node", "orchestration", "compute")
 REGIMES = ("eager", "graph", "multi-step graph", "persistent kernel", "runtime loop",
-           "transformer decode")
-TABLES = ("dispatch", "replay_nodes", "replay_multistep", "persistent", "persistent_barriers",
-          "paged_model", "runtime")
+           "transformer decode, eager", "transformer decode")
+TABLES = ("dispatch", "replay_nodes", "replay_multistep", "persistent", "paged_model",
+          "paged_model_kernels", "runtime")
 
 
 class MissingData(LookupError):

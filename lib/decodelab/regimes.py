@@ -13,16 +13,20 @@ terms measured directly, so the terms always sum to the measured step.
 - multi-step graph (``replay_multistep`` at the largest K measured, variant none):
   replay = fitted T_replay / K; compute = busy (same kernels as the single-step graph);
   node = wall - replay - compute (remainder).
-- persistent kernel (``persistent``, fastest variant on the config; ``persistent_barriers``):
-  node = barriers per step x measured barrier latency, when both are recorded;
-  compute = us_per_step - node (remainder). The host is not involved per step.
-- transformer decode (``paged_model``, graph mode, Llama-3.2-1B shapes): replay = the fitted fixed
-  cost of one graph replay (``replay_nodes``, same device); compute = step - replay (remainder).
-  Its share of the HBM roofline is reported by phase 4a.
-- runtime loop (``runtime`` at the runtime batch; ``paged_model`` at the same batch): forward =
-  the bare graph-captured forward of phase 4a; orchestration = engine step - forward (what the
-  loop adds on the wall clock: schedule, prepare, sample, update, emit, not hidden by overlap);
-  replay as above; compute = forward - replay (remainder).
+- persistent kernel (``persistent``, fastest kernel variant on the config): node = barriers per
+  step x the measured latency of that variant's barrier; compute = us_per_step - node
+  (remainder). The host is not involved per step.
+- transformer decode (``paged_model``, graph mode, Llama-3.2-1B shapes, model batch): compute =
+  summed kernel time of one step (``paged_model_kernels``, profiler); node = device span (CUDA
+  events) - summed kernel time (gaps between the step's kernels); replay = wall - device span
+  (the graph launch and the input copies, where not hidden). Without the kernel profile at that
+  shape, compute = device span. Its share of the HBM roofline is reported by phase 4a.
+- transformer decode, eager (``paged_model``, eager mode, same shape): compute = the device span
+  of the same step graph-captured; dispatch = eager wall - that span (remainder).
+- runtime loop (``runtime`` at the runtime batch): orchestration = engine step - the bare graph
+  forward of phase 4a at the same batch and context (what the loop adds on the wall clock:
+  schedule, prepare, sample, update, emit, where not hidden by overlap); the forward is split
+  as in the transformer regime.
 """
 
 from __future__ import annotations
@@ -56,7 +60,8 @@ def _first_column(frame: pd.DataFrame, table: str, candidates: Sequence[str]) ->
 
 def _us(row: pd.Series, col: str) -> float:
     """``col`` in µs (columns named ``*_ms*`` hold milliseconds, ``*_s`` seconds)."""
-    scale = 1e3 if "_ms" in col else (1e6 if col.endswith("_s") else 1.0)
+    words = col.split("_")
+    scale = 1e3 if "ms" in words else (1e6 if words[-1] == "s" and "per" not in words else 1.0)
     return _num(row, col) * scale
 
 
@@ -94,20 +99,6 @@ def multistep_fit(tables: Tables, h: Headline) -> tuple[pd.Series, pd.DataFrame,
     except (ImportError, KeyError, IndexError, ValueError) as exc:
         raise MissingData(f"the phase-2 fit of {selector} failed: {exc}") from exc
     return fit, frame, selector
-
-
-def replay_cost(tables: Tables) -> tuple[float, float, float, str]:
-    """Fitted fixed cost of one graph replay (intercept of T(n) = T_replay + n T_node, wall)."""
-    frame, selector = tables.rows("replay_nodes", {"kind": "graph"}, ["n_kernels", "wall_us"])
-    try:
-        from decodelab.replay_fit import fit_nodes
-
-        fits = fit_nodes(frame, metrics=("wall",))
-        fit = fits[fits["kind"] == "graph"].iloc[0]
-        return (float(fit["intercept"]), float(fit["intercept_ci_low"]),
-                float(fit["intercept_ci_high"]), f"fit of {selector}")
-    except (ImportError, KeyError, IndexError, ValueError) as exc:
-        raise MissingData(f"the phase-2 fit of {selector} failed: {exc}") from exc
 
 
 def eager(tables: Tables, h: Headline) -> Regime:
@@ -163,51 +154,72 @@ def multistep(tables: Tables, h: Headline) -> Regime:
 def persistent(tables: Tables, h: Headline) -> Regime:
     cfg = named(h.toy_config)
     where = {"hidden": cfg.hidden, "layers": cfg.layers, "batch": cfg.batch}
-    frame, sel = tables.rows("persistent", where, ["variant"])
-    col = _first_column(frame, "persistent", ("us_per_step", "wall_us_per_step"))
-    best = frame.loc[frame[col].astype(float).idxmin()]
+    frame, _ = tables.rows("persistent", where, ["variant", "us_per_step"])
+    frame = frame[~frame["variant"].astype(str).str.startswith("graph")]  # phase 2 peers
+    if frame.empty:
+        raise MissingData(f"no persistent-kernel variant in {selector_of('persistent', tables.origin, where)}")
+    best = frame.loc[frame["us_per_step"].astype(float).idxmin()]
     src = selector_of("persistent", tables.origin, {**where, "variant": best["variant"]})
-    step = _us(best, col)
-    node, node_src, how = 0.0, src, "no barrier cost recorded"
-    barriers = next((c for c in ("barriers_per_step", "stages_per_step") if c in best.index), None)
-    try:
-        cost, bsrc = barrier_us(tables, str(best["variant"]))
-        if barriers is not None:
-            node = _num(best, barriers) * cost
-            node_src, how = f"{src}; {bsrc}", f"{barriers} x measured barrier latency"
-    except MissingData:
-        pass
-    return Regime("persistent kernel", step, *_band(best, col), src, (
-        Term("node", node, NAN, NAN, node_src, how),
-        Term("compute", step - node, *_band(best, col, node), src,
-             f"{col} - node (remainder): the whole step runs on the device")))
+    step = _num(best, "us_per_step")
+    node = _num(best, "barriers_per_step") * _num(best, "barrier_us")
+    how = "barriers_per_step x barrier_us (measured barrier latency)"
+    if not math.isfinite(node):
+        node, how = 0.0, "no barrier cost recorded"
+    return Regime("persistent kernel", step, *_band(best, "us_per_step"), src, (
+        Term("node", node, NAN, NAN, src, how),
+        Term("compute", step - node, *_band(best, "us_per_step", node), src,
+             "us_per_step - node (remainder): the whole step runs on the device")))
 
 
-def barrier_us(tables: Tables, variant: str) -> tuple[float, str]:
-    """Measured latency of the barrier a persistent variant uses between stages (µs)."""
-    frame, sel = tables.rows("persistent_barriers", {"variant": variant})
-    col = _first_column(frame, "persistent_barriers", ("us_per_barrier", "barrier_us", "us"))
-    return _us(frame.iloc[0], col), sel
+_MODEL_COLS = ["ms_per_token", "device_ms_per_step"]
 
 
-_MODEL_STEP = ("us_per_token", "step_us", "wall_us_per_step", "ms_per_token", "ms_per_step")
-
-
-def _model_row(tables: Tables, batch: int, context: int) -> tuple[pd.Series, str, str]:
+def _model_row(tables: Tables, batch: int, context: int) -> tuple[pd.Series, str]:
     where = {"mode": "graph", "batch": batch, "context": context}
-    frame, src = tables.rows("paged_model", where)
-    col = _first_column(frame, "paged_model", _MODEL_STEP)
-    return frame.iloc[0], col, src
+    return tables.one("paged_model", where, _MODEL_COLS)
+
+
+def _kernel_busy(tables: Tables, batch: int, context: int) -> tuple[float, str]:
+    """Sum of per-kernel device time of one graph step (phase 4a's profile)."""
+    frame, src = tables.rows("paged_model_kernels", {"batch": batch, "context": context},
+                             ["us_per_step"])
+    return float(frame["us_per_step"].sum()), src
+
+
+def _forward_terms(tables: Tables, batch: int, context: int) -> tuple[float, list[Term], str]:
+    """The graph-captured forward of phase 4a: replay = wall - device span; node = device span -
+    summed kernel time (when profiled at this shape); compute = the rest."""
+    row, src = _model_row(tables, batch, context)
+    wall, span = _us(row, "ms_per_token"), _us(row, "device_ms_per_step")
+    terms = [Term("replay", wall - span, NAN, NAN, src,
+                  "wall - device span (CUDA events): graph launch and input copies")]
+    try:
+        busy, ksrc = _kernel_busy(tables, batch, context)
+        terms += [Term("node", span - busy, NAN, NAN, f"{src}; {ksrc}",
+                       "device span - summed kernel time (gaps between kernels)"),
+                  Term("compute", busy, NAN, NAN, ksrc, "summed kernel time (profiler)")]
+    except MissingData:
+        terms.append(Term("compute", span, NAN, NAN, src,
+                          "device span (CUDA events; kernel boundaries included)"))
+    return wall, terms, src
 
 
 def transformer(tables: Tables, h: Headline) -> Regime:
-    row, col, src = _model_row(tables, h.model_batch, h.context)
-    step = _us(row, col)
-    replay, rlo, rhi, rsrc = replay_cost(tables)
-    return Regime("transformer decode", step, *_band(row, col), src, (
-        Term("replay", replay, rlo, rhi, rsrc, "fitted fixed cost of one graph replay"),
-        Term("compute", step - replay, *_band(row, col, replay), src,
-             f"{col} - replay (remainder)")))
+    wall, terms, src = _forward_terms(tables, h.model_batch, h.context)
+    return Regime("transformer decode", wall, NAN, NAN, src, tuple(terms))
+
+
+def transformer_eager(tables: Tables, h: Headline) -> Regime:
+    where = {"mode": "eager", "batch": h.model_batch, "context": h.context}
+    row, src = tables.one("paged_model", where, _MODEL_COLS)
+    wall = _us(row, "ms_per_token")
+    graph_row, graph_src = _model_row(tables, h.model_batch, h.context)
+    span = _us(graph_row, "device_ms_per_step")
+    return Regime("transformer decode, eager", wall, NAN, NAN, src, (
+        Term("dispatch", wall - span, NAN, NAN, f"{src}; {graph_src}",
+             "eager wall - device span of the same kernels in a graph (remainder)"),
+        Term("compute", span, NAN, NAN, graph_src,
+             "device span of the graph-captured step (CUDA events)")))
 
 
 _ENGINE_STEP = ("engine_us_per_step", "step_us", "wall_us_per_step", "engine_ms_per_step",
@@ -219,18 +231,14 @@ def runtime(tables: Tables, h: Headline) -> Regime:
     col = _first_column(frame, "runtime", _ENGINE_STEP)
     row = frame.iloc[0]
     step = _us(row, col)
-    fwd_row, fwd_col, fwd_src = _model_row(tables, h.runtime_batch, h.context)
-    forward = _us(fwd_row, fwd_col)
-    replay, rlo, rhi, rsrc = replay_cost(tables)
+    forward, terms, fwd_src = _forward_terms(tables, h.runtime_batch, h.context)
     return Regime("runtime loop", step, *_band(row, col), src, (
         Term("orchestration", step - forward, *_band(row, col, forward), f"{src}; {fwd_src}",
-             f"engine {col} - bare forward {fwd_col}"),
-        Term("replay", replay, rlo, rhi, rsrc, "fitted fixed cost of one graph replay"),
-        Term("compute", forward - replay, NAN, NAN, fwd_src,
-             "bare graph forward - replay (remainder)")))
+             f"engine {col} - bare graph forward (phase 4a, same batch)"), *terms))
 
 
 BUILDERS: dict[str, Callable[[Tables, Headline], Regime]] = {
     "eager": eager, "graph": graph, "multi-step graph": multistep,
-    "persistent kernel": persistent, "runtime loop": runtime, "transformer decode": transformer,
+    "persistent kernel": persistent, "runtime loop": runtime,
+    "transformer decode, eager": transformer_eager, "transformer decode": transformer,
 }
