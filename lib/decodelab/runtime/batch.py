@@ -52,7 +52,11 @@ def prefill_params(rows: list[Sequence], device: torch.device) -> RowParams:
 
 
 class StaticBatch:
-    """Preallocated step inputs for up to ``max_rows`` rows (the largest bucket)."""
+    """Preallocated step inputs for up to ``max_rows`` rows (the largest bucket).
+
+    Per-slot host tables hold what changes only at admission (sampling parameters, seed) or
+    when a block is added (the block table), so preparing a step is a few vectorised gathers.
+    """
 
     def __init__(self, max_rows: int, max_blocks: int, num_slots: int, block_size: int,
                  scratch_block: int, device: torch.device) -> None:
@@ -72,32 +76,55 @@ class StaticBatch:
         self.dev_ctx32 = torch.zeros(max_rows, dtype=torch.int32, device=device)
         # last sampled token per slot (+ the spare slot of padding rows)
         self.last_token = torch.zeros(num_slots + 1, dtype=torch.int64, device=device)
+        # per-slot host tables; the spare slot holds the padding row's values
+        n = num_slots + 1
+        self.slot_f = np.zeros((n, 6), dtype=np.float32)  # temperature .. frequency
+        self.slot_f[self.spare_slot] = (0.0, 1.0, 0.0, 1.0, 0.0, 0.0)
+        self.slot_topk = np.zeros(n, dtype=np.int64)
+        self.slot_seed = np.zeros(n, dtype=np.int64)
+        self.slot_pen = np.zeros(n, dtype=bool)
+        self.slot_bt = np.full((n, max_blocks), scratch_block, dtype=np.int32)
         self._flip = 0
+
+    def assign(self, seq: Sequence) -> None:
+        """Record an admitted sequence's parameters and blocks in its slot's host tables."""
+        p, k = seq.params, seq.slot
+        self.slot_f[k] = (p.temperature, p.top_p, p.min_p, p.repetition_penalty,
+                          p.presence_penalty, p.frequency_penalty)
+        self.slot_topk[k], self.slot_seed[k], self.slot_pen[k] = p.top_k, seq.seed, \
+            p.uses_penalties
+        self.slot_bt[k] = self.scratch_block
+        self.set_blocks(seq, 0)
+
+    def set_blocks(self, seq: Sequence, first: int) -> None:
+        """Copy ``seq.blocks[first:]`` (new blocks) into its slot's block table."""
+        self.slot_bt[seq.slot, first:len(seq.blocks)] = seq.blocks[first:]
+
+    def mode_inputs(self, slots: np.ndarray) -> tuple[list[bool], list[int], list[bool]]:
+        """(greedy, top_k, penalties) of the rows in these slots, for ``choose_mode``."""
+        return ((self.slot_f[slots, 0] == 0).tolist(), self.slot_topk[slots].tolist(),
+                self.slot_pen[slots].tolist())
 
     def prepare(self, rows: list[Sequence], bucket: int, *, static: bool = True) -> StepInputs:
         """Fill the next mirror for ``rows`` (padded to ``bucket``) and start its copy."""
         k = self._flip
         self._flip ^= 1
         hi, hf, hbt = self.host_i[k].numpy(), self.host_f[k].numpy(), self.host_bt[k].numpy()
-        n = len(rows)
-        bs = self.block_size
-        seeds = np.empty(n, dtype=np.int64)
-        counters = np.empty(n, dtype=np.int64)
-        for r, seq in enumerate(rows):
-            pos = seq.context_launched - 1  # the last launched token is this step's input
-            p = seq.params
-            blk = seq.blocks[pos // bs]
-            hi[:, r] = (seq.slot, pos, blk * bs + pos % bs, pos + 1, p.top_k)
-            hf[:6, r] = (p.temperature, p.top_p, p.min_p, p.repetition_penalty,
-                         p.presence_penalty, p.frequency_penalty)
-            hbt[r, :len(seq.blocks)] = seq.blocks
-            hbt[r, len(seq.blocks):] = self.scratch_block
-            seeds[r], counters[r] = seq.seed, seq.launched
-        hf[6, :n] = row_uniforms(seeds, counters)
-        # padding rows
-        hi[:, n:bucket] = np.array([self.spare_slot, 0, -1, 1, 0])[:, None]
-        hf[:, n:bucket] = np.array([0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.5])[:, None]
-        hbt[n:bucket] = self.scratch_block
+        n, bs = len(rows), self.block_size
+        slots = np.full(bucket, self.spare_slot, dtype=np.int64)
+        slots[:n] = [s.slot for s in rows]
+        launched = np.zeros(bucket, dtype=np.int64)
+        launched[:n] = [s.launched for s in rows]
+        pos = np.zeros(bucket, dtype=np.int64)
+        pos[:n] = [s.context_launched - 1 for s in rows]  # input: the last launched token
+        bt = self.slot_bt[slots]  # (bucket, max_blocks)
+        mapping = bt[np.arange(bucket), pos // bs].astype(np.int64) * bs + pos % bs
+        mapping[n:] = -1  # padding rows write nothing
+        hi[0, :bucket], hi[1, :bucket], hi[2, :bucket] = slots, pos, mapping
+        hi[3, :bucket], hi[4, :bucket] = pos + 1, self.slot_topk[slots]
+        hf[:6, :bucket] = self.slot_f[slots].T
+        hf[6, :bucket] = row_uniforms(self.slot_seed[slots], launched)
+        hbt[:bucket] = bt
         if static:
             # Whole mirrors: one contiguous pinned -> device copy each (a strided slice would
             # be staged through pageable memory and copied synchronously).

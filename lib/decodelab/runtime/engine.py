@@ -23,6 +23,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from decodelab.runtime.batch import StaticBatch, prefill_params
@@ -89,8 +90,11 @@ class Engine:
         self._t_last_step: float | None = None
 
     # ------------------------------------------------------------------ client side
-    def submit(self, request: Request) -> RequestHandle:
-        """Validate and queue a request; InvalidRequestError leaves the engine untouched."""
+    def submit(self, request: Request, *, arrival_time: float | None = None) -> RequestHandle:
+        """Validate and queue a request; InvalidRequestError leaves the engine untouched.
+
+        ``arrival_time`` (a ``time.perf_counter`` value, default now) is when the request
+        arrived, the start of its time to first token."""
         try:
             validate_request(request, self.limits)
             if request.request_id in self.active:
@@ -101,7 +105,8 @@ class Engine:
             raise
         p = request.params
         seed = p.seed if p.seed is not None else (self.cfg.seed * 1_000_003 + self._arrivals)
-        seq = Sequence(request, arrival=self._arrivals, seed=seed, t_arrival=time.perf_counter())
+        t_arrival = arrival_time if arrival_time is not None else time.perf_counter()
+        seq = Sequence(request, arrival=self._arrivals, seed=seed, t_arrival=t_arrival)
         self._arrivals += 1
         self.waiting.append(seq)
         self.active[request.request_id] = seq
@@ -173,10 +178,13 @@ class Engine:
             seq.num_preemptions += 1
             self.waiting.append(seq)
         for seq, n in plan.decode:
-            seq.blocks += self.pool.allocate(n)
+            if n:
+                seq.blocks += self.pool.allocate(n)
+                self.batch.set_blocks(seq, len(seq.blocks) - n)
         for seq, n in plan.admit:
             seq.blocks = self.pool.allocate(n)
             seq.slot = self.free_slots.pop()
+            self.batch.assign(seq)
             seq.status = Status.RUNNING
             self.waiting.remove(seq)
             self.running.append(seq)
@@ -232,9 +240,8 @@ class Engine:
                 inp.context_lens32)
         logits = self.graphs.run(*args) if self.graphs is not None else self.model.decode(*args)
         t = self._phase(rec, "forward", t)
-        mode = choose_mode([s.params.greedy for s in decode], [s.params.top_k for s in decode],
-                           [s.params.uses_penalties for s in decode], self.vocab,
-                           self.cfg.max_partial_k)
+        slots = np.fromiter((s.slot for s in decode), dtype=np.int64, count=len(decode))
+        mode = choose_mode(*self.batch.mode_inputs(slots), self.vocab, self.cfg.max_partial_k)
         self._sample_into(logits, inp.params, mode, buf, 0, len(decode))
         return self._phase(rec, "sample", t)
 

@@ -1,0 +1,147 @@
+"""``python -m decodelab bench runtime``: what the engine loop costs on top of the forward pass.
+
+Tables:
+- ``runtime``: steady decode (every row decoding, mixed top-k/top-p rows) at the bench batch,
+  one row per variant: ``bare_forward`` (the phase-4a step alone: ``DecodeGraphs.run`` on a GPU,
+  eager ``decode`` on a CPU, at the engine run's mean context), ``engine`` (everything on), and
+  the engine with one technique switched off: ``no_graphs``, ``no_async_output``,
+  ``no_static_inputs``. Wall per step (one sync per chunk of steps), host time per step from
+  the engine's own breakdown, the ratio to ``bare_forward``, the sampler's device time and its
+  share of the step, kernels and launches per step (profiler; NaN where unavailable).
+- ``runtime_steps``: the per-step breakdown (µs per phase) of the ``engine`` run and of a run
+  with ``sync_phases`` (each phase then includes its device time).
+- ``runtime_sampler``: device time of the sampler alone on the bench logits: partial
+  selection vs full sort on the same mixed rows, all-greedy, and with penalties.
+- ``runtime_batch``: engine vs bare forward step at several batch sizes (host overhead).
+- ``runtime_requests``: a Poisson-arrival workload: per-request TTFT, TPOT, tokens; the
+  workload's throughput is in every row.
+
+Validated before timing: the engine's greedy tokens with graphs equal those of the eager
+engine on a full bucket, and partial selection samples the same tokens as the full sort.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from decodelab.device import has_cuda
+from decodelab.profiles import PROFILES
+from decodelab.results import write_table
+from decodelab.runtime import bench_runs as runs
+from decodelab.runtime.cache import PagedKVCache
+from decodelab.runtime.config import named_config
+from decodelab.runtime.engine_config import EngineConfig
+from decodelab.runtime.model import PagedLlama
+from decodelab.runtime.weights import random_weights
+from decodelab.validate import check_choice
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeBenchConfig:
+    profile: str
+    model: str
+    dtype: str
+    batch: int  # steady-decode batch of the main comparison
+    batches: tuple[int, ...]  # host overhead vs batch
+    prompt_len: int
+    warmup_steps: int
+    chunk_steps: int  # steps between two synchronisations when timing
+    chunks: int
+    workload_requests: int
+    workload_rate: float  # Poisson arrivals per second
+    workload_prompt: tuple[int, int]
+    workload_output: tuple[int, int]
+    block_size: int = 16
+
+    def __post_init__(self) -> None:
+        check_choice("RuntimeBenchConfig", "profile", self.profile, PROFILES)
+
+    @classmethod
+    def for_profile(cls, profile: str) -> RuntimeBenchConfig:
+        if profile == "gpu" and has_cuda():
+            return cls(profile, "llama-3.2-1b", "bfloat16", 32, (1, 8, 32), 512, 20, 40, 5,
+                       160, 80.0, (64, 512), (32, 192))
+        if profile == "smoke":
+            return cls(profile, "tiny", "float32", 4, (1, 4), 16, 2, 4, 2, 8, 200.0, (4, 16),
+                       (2, 8), block_size=8)
+        return cls(profile, "tiny", "float32", 8, (1, 4, 8), 64, 5, 20, 3, 48, 100.0, (8, 64),
+                   (8, 32), block_size=8)
+
+    @property
+    def steady_steps(self) -> int:
+        return self.warmup_steps + self.chunk_steps * self.chunks
+
+    @property
+    def max_model_len(self) -> int:
+        return max(self.prompt_len + self.steady_steps + 8,
+                   self.workload_prompt[1] + self.workload_output[1] + 8)
+
+
+def _setup(cfg: RuntimeBenchConfig, dev: torch.device):
+    mcfg = named_config(cfg.model)
+    dtype = getattr(torch, cfg.dtype)
+    weights = random_weights(mcfg, 0, dtype=dtype, device=dev)
+    per_seq = -(-cfg.max_model_len // cfg.block_size)
+    cache = PagedKVCache(mcfg, max(cfg.batches) * per_seq + 16, cfg.block_size, dtype=dtype,
+                         device=dev)
+    model = PagedLlama(mcfg, weights, cache)
+    graphs = None
+    if dev.type == "cuda":
+        from decodelab.runtime.graphs import DecodeGraphs
+
+        buckets = sorted({1, 2, 4, 8, 16, 24, 32, *cfg.batches})
+        graphs = DecodeGraphs(model, buckets=[b for b in buckets if b <= max(cfg.batches)],
+                              max_blocks_per_seq=per_seq)
+    return model, graphs
+
+
+def bench(profile: str, out_dir: Path) -> list[Path]:
+    cfg = RuntimeBenchConfig.for_profile(profile)
+    dev = torch.device("cuda" if cfg.profile == "gpu" and has_cuda() else "cpu")
+    t_start = time.perf_counter()
+    model, graphs = _setup(cfg, dev)
+    base = EngineConfig(max_num_seqs=max(cfg.batches), max_model_len=cfg.max_model_len,
+                        use_graphs=graphs is not None)
+    agreement = runs.validate_engine(model, graphs, base)  # raises on a disagreement
+    logits = runs.bench_logits(model, cfg.batch)
+    sampler_rows = runs.sampler_rows(logits, dev)  # validates partial vs full sort first
+    mixed_sampler_s = next(r["device_us"] for r in sampler_rows
+                           if r["variant"] == "partial_topk") * 1e-6
+
+    variants = {"engine": base, "no_async_output": replace(base, async_output=False),
+                "no_static_inputs": replace(base, static_inputs=False)}
+    if graphs is not None:
+        variants["no_graphs"] = replace(base, use_graphs=False)
+    context = cfg.prompt_len + cfg.warmup_steps + cfg.chunk_steps * cfg.chunks // 2
+    bare = runs.time_bare_forward(model, graphs, cfg.batch, context, cfg)
+    rows = [runs.runtime_row("bare_forward", cfg.batch, bare, bare, mixed_sampler_s)]
+    step_rows = []
+    for name, ecfg in variants.items():
+        res = runs.time_engine(model, graphs, ecfg, cfg.batch, cfg)
+        rows.append(runs.runtime_row(name, cfg.batch, res, bare, mixed_sampler_s))
+        if name == "engine":
+            step_rows += runs.step_rows(res.records, name)
+    res = runs.time_engine(model, graphs, replace(base, sync_phases=True), cfg.batch, cfg)
+    step_rows += runs.step_rows(res.records, "engine_sync_phases")
+
+    batch_rows = []
+    for b in cfg.batches:
+        ctx = cfg.prompt_len + cfg.steady_steps // 2
+        bare_b = runs.time_bare_forward(model, graphs, b, ctx, cfg)
+        eng_b = runs.time_engine(model, graphs, base, b, cfg)
+        batch_rows.append(runs.batch_row(b, eng_b, bare_b))
+
+    request_rows = runs.poisson_workload(model, graphs, base, cfg)
+    extra = dict(model=cfg.model, dtype=cfg.dtype, block_size=cfg.block_size,
+                 graph_tokens_agree=agreement, bench_s=round(time.perf_counter() - t_start, 1))
+    for table in (rows, step_rows, sampler_rows, batch_rows, request_rows):
+        for r in table:
+            r.update(extra)
+    return [write_table(name, table, out_dir=out_dir, config=cfg, profile=profile)
+            for name, table in (("runtime", rows), ("runtime_steps", step_rows),
+                                ("runtime_sampler", sampler_rows), ("runtime_batch", batch_rows),
+                                ("runtime_requests", request_rows))]
