@@ -49,6 +49,7 @@ from decodelab.dispatch import (
     plan_for,
     run,
 )
+from decodelab.dispatch.analysis import sweep_base
 from decodelab.plots import dispatch as figs
 from decodelab.results import has_table, load_table, write_table
 
@@ -120,14 +121,17 @@ if gpu_origins:
 #
 # ## The host-bound → device-bound crossover
 #
-# The sweep varies one factor at a time (hidden size H, layers L, batch B) around the `h256`
-# config. A step is host-bound while the host needs longer to issue it than the GPU is busy
+# The sweep varies one factor at a time (hidden size H, layers L, batch B) around a base
+# config (printed below). A step is host-bound while the host needs longer to issue it than the GPU is busy
 # running it. Green lines: host CPU per step; blue lines: device-busy per step; solid: eager,
 # dashed: CUDA graph. Grey vertical lines mark the crossover, interpolated on the log axis.
 
 # %%
 marks = crossovers(gpu) if gpu_origins else pd.DataFrame()
 for origin in gpu_origins:
+    base = sweep_base(gpu[gpu["origin"] == origin])
+    display(Markdown(f"{plots.origin_label(origin)}: sweep base H={base['hidden']}, "
+                     f"L={base['layers']}, B={base['batch']}."))
     fig = figs.crossover_figure(gpu[gpu["origin"] == origin],
                                 marks[marks["origin"] == origin])
     plots.save(fig, f"dispatch_crossover_{origin.replace('/', '_')}")
@@ -190,24 +194,24 @@ explore = gpu if gpu_origins else cpu
 if explore.empty:
     display(Markdown("Nothing to explore yet."))
 else:
-    base = explore[explore["origin"] == explore["origin"].iloc[0]]
-    first = base[base["config"] == "sweep"].iloc[0] if (base["config"] == "sweep").any() \
-        else base.iloc[0]
+    rows = explore[explore["origin"] == explore["origin"].iloc[0]]
+    first = rows[rows["config"] == "sweep"].iloc[0] if (rows["config"] == "sweep").any() \
+        else rows.iloc[0]
     try:
         import ipywidgets as widgets
     except ImportError:
         widgets = None
     if params.interactive and widgets is not None:
         def choice(name):
-            return widgets.SelectionSlider(options=sorted(base[name].unique()),
+            return widgets.SelectionSlider(options=sorted(rows[name].unique()),
                                            value=first[name], description=name)
 
         def show(hidden, layers, batch):
-            figs.point_figure(nearest_point(base, hidden, layers, batch))
+            figs.point_figure(nearest_point(rows, hidden, layers, batch))
 
         widgets.interact(show, hidden=choice("hidden"), layers=choice("layers"),
                          batch=choice("batch"))
     else:
-        fig = figs.point_figure(nearest_point(base, first["hidden"], first["layers"],
+        fig = figs.point_figure(nearest_point(rows, first["hidden"], first["layers"],
                                               first["batch"]))
         plots.save(fig, "dispatch_point")

@@ -21,8 +21,7 @@ from decodelab.dispatch import (
     nearest_point,
     plan_for,
 )
-from decodelab.dispatch.bench import SWEEP_BASE, measure_point
-from decodelab.dispatch.measure import _busy_us, measure
+from decodelab.dispatch.measure import _busy_us, profile_counts, time_steps
 from decodelab.results import load_table
 from decodelab.validate import ConfigError
 
@@ -76,6 +75,19 @@ def test_compile_mode_equals_eager_on_cpu():
         result = check_against_eager(stepper, w, x0, x1, n_steps=100)
     assert result.mode == "compile" and result.max_state_err <= result.tolerance
     assert stepper.setup_s > 0
+
+
+def test_compile_graphs_state_buffer_semantics_on_cpu():
+    """The in-place, static-buffer body of compile_graphs (Inductor skips the graphs on a CPU)."""
+    from decodelab.dispatch.modes import CompiledStep
+
+    w, x0, x1 = _setup()
+    with torch.no_grad():
+        stepper = CompiledStep(w, x0, graphs=True)
+        buffer = stepper.state()
+        result = check_against_eager(stepper, w, x0, x1, n_steps=100)
+    assert result.mode == "compile_graphs" and result.max_state_err <= result.tolerance
+    assert stepper.state() is buffer  # one state buffer for the stepper's life
 
 
 # --- validation catches wrong fast paths -----------------------------------------------------
@@ -137,14 +149,15 @@ def test_busy_time_is_the_union_of_intervals():
     assert _busy_us([]) == 0
 
 
-def test_measure_eager_on_cpu_counts_ops():
+def test_time_and_profile_eager_on_cpu():
     w, x0, _ = _setup()
-    cost = measure(make_step(w, x0, "eager"), on_cuda=False, repeats=3, target_s=1e-3,
-                   profile_steps=3)
-    assert cost.wall_us > 0 and cost.host_us > 0
-    assert math.isnan(cost.device_us) and math.isnan(cost.idle_fraction)
+    stepper = make_step(w, x0, "eager")
+    timing = time_steps(stepper, on_cuda=False, repeats=3, target_s=1e-3)
+    assert timing.wall_us > 0 and timing.host_us > 0 and timing.repeats == 3
+    counts = profile_counts(stepper, 3, on_cuda=False)
+    assert math.isnan(counts.device_us)
     # at least one op per layer (addmm, tanh) plus the head (matmul, argmax, gather, add, mul)
-    assert cost.kernels >= 2 * toy.named("ultra-light").layers + 5
+    assert counts.kernels >= 2 * toy.named("ultra-light").layers + 5
 
 
 def test_plans_validate_profiles():
@@ -156,7 +169,9 @@ def test_plans_validate_profiles():
     plan = plan_for("cpu")
     assert plan.device == "cpu" and plan.named_modes == ("eager",)
     sweep = plan.sweep_configs()
-    assert sweep[0] == SWEEP_BASE and len(set(sweep)) == len(sweep)
+    assert sweep[0] == plan.base and len(set(sweep)) == len(sweep)
+    assert {(c.hidden != plan.base.hidden) + (c.layers != plan.base.layers)
+            + (c.batch != plan.base.batch) for c in sweep} == {0, 1}  # one factor at a time
 
 
 def test_bench_smoke_writes_the_table(local_results):
@@ -247,13 +262,13 @@ def test_fast_modes_equal_eager_on_gpu(mode, name):
 
 @pytest.mark.gpu
 def test_graph_launches_once_per_step_on_gpu():
-    plan = plan_for("smoke")
+    w, x0, _ = _setup("h256", "cuda")
     with torch.no_grad():
-        eager = measure_point(toy.named("h256"), "eager", "h256", plan)
-        graph = measure_point(toy.named("h256"), "cuda_graph", "h256", plan)
-    assert graph.kernels_per_step >= 2 * toy.named("h256").layers
-    assert graph.launches_per_step < eager.launches_per_step
-    assert graph.device_us_per_step > 0
+        eager = profile_counts(make_step(w, x0, "eager"), 5, on_cuda=True)
+        graph = profile_counts(make_step(w, x0, "cuda_graph"), 5, on_cuda=True)
+    assert graph.kernels >= 2 * toy.named("h256").layers
+    assert graph.launches < eager.launches / 4  # one graph launch vs one per kernel
+    assert graph.device_us > 0
 
 
 @pytest.mark.slow

@@ -15,14 +15,15 @@ from dataclasses import dataclass
 from decodelab.dispatch.analysis import SEED_CPU_REDUCTION, crossovers, graph_ratios, nearest_point
 from decodelab.dispatch.bench import TABLE, BenchPlan, DispatchRow, bench, plan_for, run
 from decodelab.dispatch.check import ModeMismatchError, check_against_eager
-from decodelab.dispatch.measure import measure
+from decodelab.dispatch.measure import profile_counts, time_steps
 from decodelab.dispatch.modes import MODES, make_step
 from decodelab.profiles import PROFILES
 from decodelab.validate import check_choice
 
 __all__ = ["MODES", "SEED_CPU_REDUCTION", "TABLE", "BenchPlan", "DispatchRow",
            "ModeMismatchError", "NotebookParams", "bench", "check_against_eager", "crossovers",
-           "graph_ratios", "make_step", "measure", "nearest_point", "plan_for", "run"]
+           "graph_ratios", "make_step", "nearest_point", "plan_for", "profile_counts", "run",
+           "time_steps"]
 
 
 @dataclass(frozen=True, slots=True)

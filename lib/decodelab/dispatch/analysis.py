@@ -10,18 +10,26 @@ import math
 import numpy as np
 import pandas as pd
 
-from decodelab.dispatch.bench import SWEEP_AXES, SWEEP_BASE
+from decodelab.dispatch.bench import SWEEP_AXES
 
 # The layered study's phase-1 result on one SM75 GPU: CUDA graphs cut host CPU time per
 # decode step by about 15x (seed document 004, "phase1_dispatch").
 SEED_CPU_REDUCTION = 15.0
 
 
-def along_axis(frame: pd.DataFrame, axis: str) -> pd.DataFrame:
-    """Sweep rows that vary ``axis`` only (the other two factors at SWEEP_BASE), sorted."""
-    others = [a for a in SWEEP_AXES if a != axis]
+def sweep_base(frame: pd.DataFrame) -> dict[str, int]:
+    """The centre of a one-factor-at-a-time sweep: per factor, its most frequent value."""
     sweep = frame[frame["config"] == "sweep"]
-    mask = np.logical_and.reduce([sweep[a] == getattr(SWEEP_BASE, a) for a in others])
+    return {a: int(sweep[a].mode().iloc[0]) for a in SWEEP_AXES} if not sweep.empty else {}
+
+
+def along_axis(frame: pd.DataFrame, axis: str) -> pd.DataFrame:
+    """Sweep rows that vary ``axis`` only (the other two factors at the sweep's base), sorted."""
+    base = sweep_base(frame)
+    sweep = frame[frame["config"] == "sweep"]
+    if sweep.empty:
+        return sweep
+    mask = np.logical_and.reduce([sweep[a] == base[a] for a in SWEEP_AXES if a != axis])
     return sweep[mask].sort_values(axis)
 
 

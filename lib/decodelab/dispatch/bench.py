@@ -1,9 +1,11 @@
 """The dispatch benchmark: named configs x modes, and the H/L/B sweep, into table ``dispatch``.
 
-Every (config, mode) is validated against eager (:mod:`decodelab.dispatch.check`) before it is
-timed (:mod:`decodelab.dispatch.measure`). Compiled modes run on the four named configs only
-(compilation takes seconds per config); the sweep varies one factor at a time around
-:data:`SWEEP_BASE` for the eager and CUDA-graph modes.
+Two passes: first every (config, mode) is built, validated against eager
+(:mod:`decodelab.dispatch.check`) and timed; then each is built again and profiled for its
+kernel count and GPU-busy time (the profiler must not run before any timing: see
+:mod:`decodelab.dispatch.measure`). Compiled modes run on the four named configs only
+(compilation takes seconds per config); the sweep varies one factor at a time around the
+plan's base config for the eager and CUDA-graph modes.
 """
 
 from __future__ import annotations
@@ -16,14 +18,13 @@ from pathlib import Path
 import torch
 
 from decodelab import toy
-from decodelab.dispatch.check import check_against_eager
-from decodelab.dispatch.measure import measure, start_profiler
-from decodelab.dispatch.modes import make_step
+from decodelab.dispatch.check import CheckResult, check_against_eager
+from decodelab.dispatch.measure import ProfileCounts, StepTiming, profile_counts, time_steps
+from decodelab.dispatch.modes import Stepper, make_step
 from decodelab.profiles import PROFILES
 from decodelab.validate import ConfigError, check_choice
 
 TABLE = "dispatch"
-SWEEP_BASE = toy.NAMED_CONFIGS["h256"]
 SWEEP_AXES = ("hidden", "layers", "batch")
 
 
@@ -32,6 +33,7 @@ class BenchPlan:
     """What one profile measures, and how long it samples each point."""
 
     device: str
+    base: toy.ToyConfig  # the sweep's centre
     named: tuple[str, ...]
     named_modes: tuple[str, ...]
     sweep_modes: tuple[str, ...]
@@ -44,11 +46,11 @@ class BenchPlan:
     check_steps: int
 
     def sweep_configs(self) -> list[toy.ToyConfig]:
-        """One factor at a time around SWEEP_BASE (the base point once)."""
-        configs = [SWEEP_BASE]
+        """One factor at a time around ``base`` (the base point once)."""
+        configs = [self.base]
         for axis, values in zip(SWEEP_AXES, (self.hidden, self.layers, self.batch), strict=True):
-            configs += [SWEEP_BASE.with_(**{axis: v}) for v in values
-                        if v != getattr(SWEEP_BASE, axis)]
+            configs += [self.base.with_(**{axis: v}) for v in values
+                        if v != getattr(self.base, axis)]
         return configs
 
 
@@ -59,19 +61,20 @@ def plan_for(profile: str) -> BenchPlan:
     if profile == "gpu":
         if not cuda:
             raise ConfigError("dispatch bench profile 'gpu' needs CUDA; use 'cpu' or 'smoke'")
-        return BenchPlan("cuda", tuple(toy.NAMED_CONFIGS),
+        # Around "medium" the eager step crosses from host- to device-bound inside the ranges.
+        return BenchPlan("cuda", toy.named("medium"), tuple(toy.NAMED_CONFIGS),
                          ("eager", "cuda_graph", "compile", "compile_graphs"),
                          ("eager", "cuda_graph"),
                          (16, 32, 64, 128, 256, 512, 1024, 2048, 4096), (1, 2, 4, 8, 16),
-                         (1, 4, 16, 64, 256), repeats=15, target_s=0.01, profile_steps=20,
+                         (1, 4, 16, 64, 256), repeats=11, target_s=0.005, profile_steps=20,
                          check_steps=100)
     if profile == "cpu":
-        return BenchPlan("cpu", ("ultra-light", "h256", "medium"), ("eager",), ("eager",),
+        return BenchPlan("cpu", toy.named("h256"), ("ultra-light", "h256", "medium"), ("eager",), ("eager",),
                          (16, 64, 256, 1024), (1, 4, 16), (1, 16, 64), repeats=7, target_s=0.02,
                          profile_steps=10, check_steps=100)
     device = "cuda" if cuda else "cpu"
     modes = ("eager", "cuda_graph") if cuda else ("eager",)
-    return BenchPlan(device, ("ultra-light",), modes, modes, (16, 64), (1,), (1,), repeats=3,
+    return BenchPlan(device, toy.named("ultra-light"), ("ultra-light",), modes, modes, (16, 64), (1,), (1,), repeats=3,
                      target_s=1e-3, profile_steps=3, check_steps=100)
 
 
@@ -104,49 +107,78 @@ class DispatchRow:
     repeats: int
 
 
-def measure_point(cfg: toy.ToyConfig, mode: str, name: str, plan: BenchPlan) -> DispatchRow:
-    """Build, validate, then time one (config, mode) on the plan's device."""
-    weights = toy.make_weights(cfg, plan.device)
-    x0 = toy.initial_state(cfg, plan.device)
-    x1 = toy.initial_state(cfg, plan.device, seed=cfg.seed + 2)
-    stepper = make_step(weights, x0, mode)
+Point = tuple[toy.ToyConfig, str, str]  # (config, mode, config name)
+
+
+def build(point: Point, device: str) -> tuple[Stepper, toy.ToyWeights, torch.Tensor, torch.Tensor]:
+    """The stepper of ``point`` from x0, with its weights, x0 and a second start x1."""
+    cfg, mode, _ = point
+    weights = toy.make_weights(cfg, device)
+    x0 = toy.initial_state(cfg, device)
+    x1 = toy.initial_state(cfg, device, seed=cfg.seed + 2)
+    return make_step(weights, x0, mode), weights, x0, x1
+
+
+def time_point(point: Point, plan: BenchPlan) -> tuple[CheckResult, StepTiming, float]:
+    """Build, validate against eager, then time one point: (check, timing, setup_s)."""
+    stepper, weights, x0, x1 = build(point, plan.device)
     check = check_against_eager(stepper, weights, x0, x1, plan.check_steps)
+    timing = time_steps(stepper, on_cuda=plan.device == "cuda", repeats=plan.repeats,
+                        target_s=plan.target_s)
+    return check, timing, stepper.setup_s
+
+
+def to_row(point: Point, plan: BenchPlan, check: CheckResult, t: StepTiming, setup_s: float,
+           counts: ProfileCounts) -> DispatchRow:
+    cfg, mode, name = point
     on_cuda = plan.device == "cuda"
-    cost = measure(stepper, on_cuda=on_cuda, repeats=plan.repeats, target_s=plan.target_s,
-                   profile_steps=plan.profile_steps)
-    bound = "cpu" if not on_cuda else ("host" if cost.host_us > cost.device_us else "device")
+    idle = max(0.0, 1.0 - counts.device_us / t.wall_us) if on_cuda else math.nan
+    bound = "cpu" if not on_cuda else ("host" if t.host_us > counts.device_us else "device")
     return DispatchRow(mode, name, cfg.hidden, cfg.layers, cfg.batch, cfg.vocab, cfg.dtype,
-                       plan.device, cost.wall_us, cost.wall_us_q1, cost.wall_us_q3, cost.host_us,
-                       cost.host_us_q1, cost.host_us_q3, cost.device_us, cost.kernels,
-                       cost.launches, cost.idle_fraction, bound, stepper.setup_s,
-                       1e6 / cost.wall_us if cost.wall_us > 0 else math.nan, check.n_steps,
-                       check.max_state_err, cost.inner, cost.repeats)
+                       plan.device, t.wall_us, t.wall_us_q1, t.wall_us_q3, t.host_us,
+                       t.host_us_q1, t.host_us_q3, counts.device_us, counts.kernels,
+                       counts.launches, idle, bound, setup_s, 1e6 / t.wall_us, check.n_steps,
+                       check.max_state_err, t.inner, t.repeats)
 
 
-def points(plan: BenchPlan) -> list[tuple[toy.ToyConfig, str, str]]:
+def points(plan: BenchPlan) -> list[Point]:
     """(config, mode, config name) in measurement order."""
     todo = [(toy.named(n), m, n) for n in plan.named for m in plan.named_modes]
     todo += [(c, m, "sweep") for c in plan.sweep_configs() for m in plan.sweep_modes]
     return todo
 
 
+def _label(point: Point) -> str:
+    cfg, mode, name = point
+    return f"{name} H={cfg.hidden} L={cfg.layers} B={cfg.batch} {mode}"
+
+
 def run(plan: BenchPlan, log=print) -> tuple[list[DispatchRow], list[str]]:
-    """Measure every point; a failing point is logged and skipped. Returns (rows, failures)."""
-    rows, failures = [], []
-    for cfg, mode, name in points(plan):
+    """Validate and time every point, then profile each; a failing point is logged and
+    skipped. Returns (rows, failures)."""
+    timed, failures = {}, []
+    for point in points(plan):
         t0 = time.perf_counter()
-        label = f"{name} H={cfg.hidden} L={cfg.layers} B={cfg.batch} {mode}"
         try:
-            row = measure_point(cfg, mode, name, plan)
+            timed[point] = time_point(point, plan)
         except Exception as exc:  # noqa: BLE001 - keep the other points; reported at the end
-            failures.append(f"{label}: {type(exc).__name__}: {exc}")
-            log(f"[dispatch] FAILED {label}: {exc}")
+            failures.append(f"{_label(point)}: {type(exc).__name__}: {exc}")
+            log(f"[dispatch] FAILED {_label(point)}: {exc}")
             continue
-        rows.append(row)
-        log(f"[dispatch] {label}: wall {row.wall_us_per_step:.1f} µs host "
-            f"{row.host_us_per_step:.1f} µs device {row.device_us_per_step:.1f} µs kernels "
-            f"{row.kernels_per_step:.1f} setup {row.setup_s:.2f} s "
-            f"({time.perf_counter() - t0:.1f} s)")
+        _, t, setup_s = timed[point]
+        log(f"[dispatch] {_label(point)}: wall {t.wall_us:.1f} µs host {t.host_us:.1f} µs "
+            f"setup {setup_s:.2f} s ({time.perf_counter() - t0:.1f} s)")
+    rows = []
+    for point, (check, t, setup_s) in timed.items():
+        try:
+            stepper = build(point, plan.device)[0]
+            counts = profile_counts(stepper, plan.profile_steps, plan.device == "cuda")
+        except Exception as exc:  # noqa: BLE001
+            failures.append(f"{_label(point)} (profile): {type(exc).__name__}: {exc}")
+            continue
+        rows.append(to_row(point, plan, check, t, setup_s, counts))
+        log(f"[dispatch] profiled {_label(point)}: device {counts.device_us:.1f} µs, "
+            f"{counts.kernels:.1f} kernels, {counts.launches:.1f} launches per step")
     return rows, failures
 
 
@@ -158,8 +190,6 @@ def bench(profile: str, out_dir: Path) -> list[Path]:
     from decodelab.results import write_table
 
     plan = plan_for(profile)
-    if plan.device == "cuda":
-        start_profiler()
     with torch.no_grad():
         rows, failures = run(plan, log=lambda s: print(s, flush=True))
     written = [write_table(TABLE, rows, out_dir=out_dir, config=plan, profile=profile)] if rows else []

@@ -9,6 +9,8 @@ Definitions (per step; all medians over repeated samples unless stated):
 - ``device``: GPU-busy time: the union of the intervals of every device activity (kernels,
   memcpy, memset) that ``torch.profiler`` (CUPTI) records over a separate window of
   ``profile_steps`` steps, / profile_steps. Kernels replayed from a CUDA graph are included.
+  Timing and profiling are separate passes: once a process has profiled, CUPTI stays attached
+  and slows every later launch (pytorch/pytorch#144455), so all timings are taken first.
 - ``kernels``: device kernels executed per step in that window (memcpy/memset not counted);
   ``launches``: host launch calls per step (kernel launches and graph launches).
 - ``idle_fraction`` = 1 - device / wall (the share of the step the GPU waits for the host).
@@ -39,24 +41,15 @@ class ProfileCounts:
 
 
 @dataclass(frozen=True, slots=True)
-class StepCost:
+class StepTiming:
     wall_us: float
     wall_us_q1: float
     wall_us_q3: float
     host_us: float
     host_us_q1: float
     host_us_q3: float
-    device_us: float
-    kernels: float
-    launches: float
     inner: int
     repeats: int
-
-    @property
-    def idle_fraction(self) -> float:
-        if math.isnan(self.device_us):
-            return math.nan
-        return max(0.0, 1.0 - self.device_us / self.wall_us)
 
 
 def _busy_us(intervals: list[tuple[float, float]]) -> float:
@@ -75,6 +68,8 @@ def profile_counts(stepper: Stepper, n_steps: int, on_cuda: bool) -> ProfileCoun
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+    for _ in range(2):  # warm (a freshly built stepper, caches)
+        stepper()
     with profile(activities=activities) as prof:
         for _ in range(n_steps):
             stepper()
@@ -93,22 +88,12 @@ def profile_counts(stepper: Stepper, n_steps: int, on_cuda: bool) -> ProfileCoun
                          len(launches) / n_steps)
 
 
-def start_profiler() -> None:
-    """Initialise the profiler (CUPTI) once, so its start-up cost stays out of the first point."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
-        torch.ones(1, device="cuda").add_(1)
-        torch.cuda.synchronize()
-
-
-def measure(stepper: Stepper, *, on_cuda: bool, repeats: int, target_s: float,
-            profile_steps: int, max_inner: int = 4096) -> StepCost:
-    """Time ``stepper`` (already validated and warmed up), then profile it separately."""
+def time_steps(stepper: Stepper, *, on_cuda: bool, repeats: int, target_s: float,
+               max_inner: int = 4096) -> StepTiming:
+    """Wall and host-CPU µs per step of ``stepper`` (already validated; warmed up here)."""
     sync = cuda_sync if on_cuda else (lambda: None)
     inner = auto_inner(stepper, target_s=target_s, sync=sync, max_inner=max_inner)
     timing = time_host(stepper, TimingConfig(warmup=2, repeats=repeats, inner=inner), sync=sync)
     wall, host = timing.wall_stats().scaled(1e6), timing.host_stats().scaled(1e6)
-    counts = profile_counts(stepper, profile_steps, on_cuda)
-    return StepCost(wall.median, wall.q1, wall.q3, host.median, host.q1, host.q3,
-                    counts.device_us, counts.kernels, counts.launches, inner, repeats)
+    return StepTiming(wall.median, wall.q1, wall.q3, host.median, host.q1, host.q3, inner,
+                      repeats)

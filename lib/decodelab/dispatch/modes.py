@@ -11,8 +11,8 @@ a new state. What each mode includes per step:
   from one call's output to the next call's input.
 - ``compile_graphs``: ``torch.compile(mode="reduce-overhead")`` (fusion plus CUDA graphs via
   CUDAGraph Trees), used as documented: ``torch.compiler.cudagraph_mark_step_begin()`` before
-  each step and the previous step's output passed straight back as the next input (the trees
-  copy it into their static input; nothing is cloned in the hot loop).
+  each step; the state lives in a buffer marked static (``torch._dynamo.mark_static_address``)
+  that the compiled step updates in place, so nothing is cloned or copied in the hot loop.
 
 ``setup_s`` is the one-time cost before steady state (capture, or compilation plus the
 recording runs), measured with a device synchronisation on both sides.
@@ -104,26 +104,39 @@ class GraphStep:
 
 
 class CompiledStep:
-    """The toy step through ``torch.compile``; ``graphs`` selects mode="reduce-overhead"."""
+    """The toy step through ``torch.compile``; ``graphs`` selects mode="reduce-overhead".
+
+    ``compile`` feeds each call's output state to the next call. ``compile_graphs`` keeps the
+    state in one static buffer that the compiled step updates in place (as the cuda_graph mode
+    does): CUDAGraph Trees frees a step's outputs when the next step begins, so an output may
+    not be fed back, and a buffer marked static is neither copied in nor re-recorded.
+    """
 
     def __init__(self, weights: toy.ToyWeights, x0: torch.Tensor, *, graphs: bool) -> None:
         self.mode = "compile_graphs" if graphs else "compile"
         self._graphs = graphs
-
-        def body(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            return toy.step(weights, x)  # weights are closed over: constant across calls
-
-        # One compiled step at a time: every stepper compiles ``body`` anew (its closure holds
+        # One compiled step at a time: every stepper compiles its body anew (the closure holds
         # other weights), so clear the caches rather than pile up recompiles of one code object;
         # setup_s is then a cold compile for every config and mode alike.
         torch.compiler.reset()
         if graphs:
-            # The weights never move: tell CUDAGraph Trees not to copy them in before each replay
-            # (only the state x, a fresh input every step, is copied into its static buffer).
-            for t in (weights.w, weights.b, weights.w_out, weights.embed):
+            self._x = x0.clone()  # (B, H) the state buffer, at one address for the stepper's life
+            # The weights and the state buffer never move: CUDAGraph Trees may then skip copying
+            # them into static inputs before each replay, and may mutate the state in place.
+            for t in (weights.w, weights.b, weights.w_out, weights.embed, self._x):
                 torch._dynamo.mark_static_address(t, guard=False)
-        self._fn = torch.compile(body, mode="reduce-overhead" if graphs else "default",
-                                 dynamic=False)
+
+            def body(x: torch.Tensor) -> torch.Tensor:
+                x_next, token = toy.step(weights, x)
+                x.copy_(x_next)
+                return token
+
+            self._fn = torch.compile(body, mode="reduce-overhead", dynamic=False)
+        else:
+            def body(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                return toy.step(weights, x)  # weights are closed over: constant across calls
+
+            self._fn = torch.compile(body, dynamic=False)
         _sync(weights.device)
         t0 = time.perf_counter()
         self.reset(x0)
@@ -135,13 +148,17 @@ class CompiledStep:
 
     def __call__(self) -> None:
         if self._graphs:
-            # Step boundary: the previous step's outputs may now be overwritten by this replay;
-            # only its state is read, as this call's input, before the replay.
+            # Step boundary: the previous step's outputs (its token) may now be overwritten.
             torch.compiler.cudagraph_mark_step_begin()
-        self._x, self._token = self._fn(self._x)
+            self._token = self._fn(self._x)
+        else:
+            self._x, self._token = self._fn(self._x)
 
     def reset(self, x: torch.Tensor) -> None:
-        self._x = x.clone()
+        if self._graphs:
+            self._x.copy_(x)
+        else:
+            self._x = x.clone()
         self._token = torch.zeros(x.shape[0], dtype=torch.int64, device=x.device)
 
     def state(self) -> torch.Tensor:
