@@ -11,7 +11,8 @@ Two measurements, both on a CUDA GPU (graphs do not exist on the CPU backend):
   waits for them, as a server that streams tokens to clients must.
 
 Every K-step graph is checked against K eager steps (exact tokens, states within tolerance)
-before it is timed.
+before it is timed. Within each sweep all graphs are built first and then timed in interleaved
+rounds (:mod:`decodelab.replay_timing`), so slow drift of the machine does not bias some points.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import torch
 
 from decodelab import graphs, toy
 from decodelab.profiles import PROFILES
-from decodelab.timing import Timing, TimingConfig, auto_inner, cuda_sync, summarize, time_cuda
+from decodelab.replay_timing import Point, time_interleaved
+from decodelab.timing import Timing, auto_inner, cuda_sync, summarize
 from decodelab.validate import (
     ConfigError,
     check_choice,
@@ -41,7 +43,11 @@ MAX_K = 1024
 
 @dataclass(frozen=True, slots=True)
 class ReplayConfig:
-    """Sizes of the phase-2 sweeps. Every K must divide ``steps_per_sample`` (N)."""
+    """Sizes of the phase-2 sweeps. Every K must divide ``steps_per_sample`` (N).
+
+    ``repeats`` is the number of interleaved rounds: each point of a sweep gets one sample per
+    round, and its statistics are over rounds.
+    """
 
     node_counts: tuple[int, ...] = tuple(1 << i for i in range(11))  # 1 .. 1024
     k_values: tuple[int, ...] = tuple(1 << i for i in range(9))  # 1 .. 256
@@ -133,31 +139,35 @@ def _check_adds(graph: torch.cuda.CUDAGraph, x: torch.Tensor, n: int) -> None:
         raise RuntimeError(f"graph of {n} adds produced {x.item()}, expected {n}")
 
 
-def _time_point(fn, cfg: ReplayConfig) -> tuple[Timing, int]:
-    inner = auto_inner(fn, target_s=cfg.node_sample_ms * 1e-3, sync=cuda_sync)
-    return time_cuda(fn, TimingConfig(cfg.warmup, cfg.repeats, inner)), inner
+def _inner_for(fn, cfg: ReplayConfig) -> int:
+    return auto_inner(fn, target_s=cfg.node_sample_ms * 1e-3, sync=cuda_sync)
+
+
+def _eager_adds(n: int, x: torch.Tensor):
+    def eager() -> None:
+        for _ in range(n):
+            x.add_(1.0)
+    return eager
 
 
 def measure_nodes(cfg: ReplayConfig) -> list[dict]:
-    """Rows of table ``replay_nodes``: per graph replay / per call of n eager launches."""
+    """Rows of table ``replay_nodes``: per graph replay / per call of n eager launches.
+
+    All graphs are built and checked first; then graph and eager points are timed together in
+    interleaved rounds (:mod:`decodelab.replay_timing`), one sample per point per round.
+    """
     require_cuda()
-    rows = []
+    points = {}  # the bound replay methods keep the graphs alive, the closures their buffers
     for n in cfg.node_counts:
         graph, x = graph_of_adds(n)
         _check_adds(graph, x, n)
-        t, inner = _time_point(graph.replay, cfg)
-        rows.append({"kind": "graph", "n_kernels": n, "inner": inner, "repeats": cfg.repeats,
-                     **_timing_columns(t, 1.0)})
-        del graph
-
-        def eager(n: int = n, x: torch.Tensor = x) -> None:
-            for _ in range(n):
-                x.add_(1.0)
-
-        t, inner = _time_point(eager, cfg)
-        rows.append({"kind": "eager", "n_kernels": n, "inner": inner, "repeats": cfg.repeats,
-                     **_timing_columns(t, 1.0)})
-    return rows
+        points[("graph", n)] = Point(graph.replay, _inner_for(graph.replay, cfg))
+        eager = _eager_adds(n, x)
+        points[("eager", n)] = Point(eager, _inner_for(eager, cfg))
+    timings = time_interleaved(points, cfg.repeats, cfg.warmup)
+    return [{"kind": kind, "n_kernels": n, "inner": points[(kind, n)].inner,
+             "repeats": cfg.repeats, **_timing_columns(t, 1.0)}
+            for (kind, n), t in timings.items()]
 
 
 # --------------------------------------------------------------------------- multi-step capture
@@ -201,34 +211,43 @@ def _readout(captured: graphs.CapturedSteps):
 
 
 def measure_multistep(cfg: ReplayConfig, name: str) -> list[dict]:
-    """Rows of table ``replay_multistep`` for one named toy config."""
+    """Rows of table ``replay_multistep`` for one named toy config.
+
+    Every K-step graph is captured and validated first; then all (K, variant) points are timed
+    together in interleaved rounds, one sample of N/K replays per point per round.
+    """
     require_cuda()
     tc = toy.named(name)
     weights = toy.make_weights(tc, "cuda")
     x0 = toy.initial_state(tc, "cuda")
     starts = [x0, toy.initial_state(tc, "cuda", seed=tc.seed + 1000)]
-    rows = []
+    captured, capture_s, errors, points = {}, {}, {}, {}
     for k in cfg.k_values:
         t0 = time.perf_counter()
-        captured = graphs.CapturedSteps(weights, x0, k)
+        captured[k] = graphs.CapturedSteps(weights, x0, k)
         torch.cuda.synchronize()
-        capture_s = time.perf_counter() - t0
-        err = validate_captured(weights, starts, captured)
+        capture_s[k] = time.perf_counter() - t0
+        errors[k] = validate_captured(weights, starts, captured[k])
+        captured[k].reset(x0)
         replays = cfg.steps_per_sample // k
+        points[(k, "none")] = Point(captured[k].replay, replays)
+        points[(k, "readout")] = Point(_readout(captured[k]), replays)
+    timings = time_interleaved(points, cfg.repeats, cfg.warmup)
+    rows = []
+    for k in cfg.k_values:
         for variant in VARIANTS:
-            fn = captured.replay if variant == "none" else _readout(captured)
-            captured.reset(x0)
-            t = time_cuda(fn, TimingConfig(cfg.warmup, cfg.repeats, replays))
+            t = timings[(k, variant)]
             rows.append({
                 "config": name, "hidden": tc.hidden, "layers": tc.layers, "batch": tc.batch,
                 "vocab": tc.vocab, "dtype": tc.dtype, "variant": variant, "k_steps": k,
-                "steps_per_sample": cfg.steps_per_sample, "replays_per_sample": replays,
-                "repeats": cfg.repeats, **_timing_columns(t, 1.0 / k, "_per_step"),
+                "steps_per_sample": cfg.steps_per_sample,
+                "replays_per_sample": cfg.steps_per_sample // k, "repeats": cfg.repeats,
+                **_timing_columns(t, 1.0 / k, "_per_step"),
                 "wall_us_per_replay": summarize(t.wall).median * 1e6,
-                "capture_s": capture_s, "validated": True, "max_state_err": err,
+                "capture_s": capture_s[k], "validated": True, "max_state_err": errors[k],
             })
-        del captured
-        torch.cuda.empty_cache()
+    del captured, points
+    torch.cuda.empty_cache()
     return rows
 
 

@@ -59,6 +59,14 @@ def nodes_figure(frame: pd.DataFrame, fits: pd.DataFrame):
     return fig
 
 
+def _r2_forms(fit: pd.Series) -> str:
+    """R² of the per-step form, and of the per-replay form when the fit row has it."""
+    text = f"per step {fit['r2']:.3f}"
+    if "r2_per_replay" in fit.index:
+        text += f", per replay {fit['r2_per_replay']:.4f}"
+    return text
+
+
 def multistep_figure(frame: pd.DataFrame, fits: pd.DataFrame):
     """Per-step wall time vs K steps per graph, one panel per toy config, fitted T(K) curves."""
     configs = list(dict.fromkeys(frame["config"]))
@@ -79,7 +87,7 @@ def multistep_figure(frame: pd.DataFrame, fits: pd.DataFrame):
                     k = np.geomspace(pts["k_steps"].min(), pts["k_steps"].max(), 100)
                     ax.plot(k, f["t_step_us"] + f["t_replay_us"] / k, color=color, lw=1,
                             label=f"fit {f['t_step_us']:.2f} + {f['t_replay_us']:.2f}/K "
-                                  f"(R²={f['r2']:.3f})")
+                                  f"(R² {_r2_forms(f)})")
                     ax.axhline(f["t_step_us"], color=color, ls=":", lw=0.8)
         ax.set(xscale="log", xlabel="steps per graph (K)", ylabel="wall per step (µs)",
                title=config)
