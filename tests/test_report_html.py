@@ -110,6 +110,7 @@ def test_report_notebook_shows_the_decomposition_from_reference(synthetic_05):
                      "runtime loop", 'href="#01_dispatch"'):
         assert expected in text, expected
     assert "no data yet" not in text
+    assert "data/reference/h200/" in text  # the title page names the reference data
 
 
 def test_report_notebook_without_data_says_so(tmp_path):
@@ -151,7 +152,7 @@ def test_full_report_builds_on_cpu(full_report):
     for name in notebooks.available():
         assert f'id="{name}"' in text
     pngs = sum(_png_outputs(p) for p in executed)
-    assert text.count("data:image/png;base64,") >= pngs >= len(executed) - 1
+    assert text.count("data:image/png;base64,") >= pngs >= 1
 
 
 @pytest.mark.slow

@@ -93,8 +93,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     executed = []
     for name in tqdm(names, desc="notebooks", unit="nb"):
+        t_nb = time.perf_counter()
         executed.append(notebooks.run(name, {"profile": profile, "interactive": False},
                                       out_dir / "executed", progress=False))
+        tqdm.write(f"{name}: {time.perf_counter() - t_nb:.0f} s")
     path = report.export(executed, out_dir / REPORT_FILE, profile)
     print(f"report ({profile}, {time.perf_counter() - t0:.0f} s): {path.resolve()}")
     return 0

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import json
 import re
 from pathlib import Path
 
+from decodelab import paths
 from decodelab.device import collect_info
 from decodelab.results import _atomic_write
 
@@ -20,6 +22,31 @@ _REMOTE_LINK = re.compile(r"<link[^>]*\bhref=\"https?://[^\"]*\"[^>]*>", re.I)
 # Inline scripts that would import from the network (the template's MathJax/mermaid loaders).
 _FETCHING_SCRIPT = re.compile(r"<script\b[^>]*>(?:(?!</script>).)*?https?://(?:(?!</script>).)*</script>",
                               re.I | re.S)
+
+
+def _reference_line(folder: Path) -> str | None:
+    metas = [json.loads(m.read_text()) for m in sorted(folder.glob("*.meta.json"))]
+    if not metas:
+        return None
+    dev = metas[0].get("device", {})
+    dates = sorted(m.get("created_utc", "") for m in metas)
+    hardware = html.escape(str(dev.get("gpu_name") or dev.get("cpu_model", "?")))
+    return (f"- `data/reference/{folder.name}/` ({len(metas)} tables: "
+            f"{', '.join(m.get('table', '?') for m in metas)}): {hardware}, "
+            f"torch {dev.get('torch_version', '?')}, CUDA {dev.get('cuda_version') or 'none'}, "
+            f"driver {dev.get('driver') or 'none'}, commit {dev.get('git_commit', '?')}, "
+            f"measured {dates[0][:16]} to {dates[-1][:16]} UTC")
+
+
+def reference_markdown() -> str:
+    """One line per shipped reference folder: the device and software its tables were measured
+    on (from the tables' metadata), so the title page says what the reference rows are."""
+    folders = sorted(p for p in paths.reference_dir().glob("*") if p.is_dir())
+    lines = [line for line in map(_reference_line, folders) if line]
+    if not lines:
+        return "No shipped reference results yet: figures show this machine's runs only.\n"
+    return ("Shipped reference results (labelled by origin in every figure):\n\n"
+            + "\n".join(lines) + "\n")
 
 
 def title_markdown(profile: str, names: list[str]) -> str:
@@ -32,7 +59,8 @@ def title_markdown(profile: str, names: list[str]) -> str:
     table = "\n".join(f"| {k} | {html.escape(str(v))} |" for k, v in rows)
     toc = "\n".join(f"{i + 1}. [{n}](#{n})" for i, n in enumerate(names))
     return (f"# decodelab report\n\nWhere the time of iterative LLM decode goes, layer by layer.\n\n"
-            f"| | |\n|---|---|\n{table}\n\n## Contents\n\n{toc}\n")
+            f"This run:\n\n| | |\n|---|---|\n{table}\n\n{reference_markdown()}\n"
+            f"## Contents\n\n{toc}\n")
 
 
 def merge(executed: list[Path], profile: str):
@@ -67,4 +95,5 @@ def export(executed: list[Path], out_file: Path, profile: str) -> Path:
     """Write the report atomically and return its path."""
     text = to_offline_html(merge(executed, profile))
     _atomic_write(out_file, lambda fh: fh.write(text))
+    out_file.chmod(0o644)  # a page for anyone on the machine to open, not a private temp file
     return out_file
