@@ -162,6 +162,32 @@ def kernel_profile(graphs: DecodeGraphs, cache: PagedKVCache, context: int = 512
     return sorted(rows, key=lambda r: -r["us_per_step"])
 
 
+def _profiled_step(model_name: str, dtype: str, block_size: int, width: int,
+                   context: int) -> list[dict]:
+    """Child-process body of :func:`kernel_profile_isolated`: a batch-1 graph, profiled."""
+    from decodelab.runtime.config import named_config
+    from decodelab.runtime.weights import random_weights
+
+    config = named_config(model_name)
+    weights = random_weights(config, 0, dtype=getattr(torch, dtype), device="cuda")
+    cache = PagedKVCache(config, width + 8, block_size, dtype=getattr(torch, dtype),
+                         device="cuda")
+    graphs = DecodeGraphs(PagedLlama(config, weights, cache), buckets=(1,),
+                          max_blocks_per_seq=width)
+    return kernel_profile(graphs, cache, context)
+
+
+def kernel_profile_isolated(model_name: str, dtype: str, block_size: int, width: int,
+                            context: int = 512) -> list[dict]:
+    """:func:`kernel_profile` in a fresh process: the profiler (CUPTI) stays attached to the
+    process that used it and slows every later launch, which would skew the timings of the
+    phases that run after this one."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_profiled_step, (model_name, dtype, block_size, width, context))
+
+
 def _generate_s(hf, ids, n: int, static: bool) -> float:
     kw = dict(cache_implementation="static", disable_compile=True) if static else {}
     sync = torch.cuda.synchronize if ids.is_cuda else (lambda: None)

@@ -13,8 +13,10 @@ read (all layers, the head, B embedding rows) + the K/V attended; ``roofline_fra
 those bytes need at the device-to-device copy bandwidth measured in this run / measured step
 time. Every fast path is validated before timing: Triton attention against the reference,
 graph against eager (token for token), and our logits against ``transformers``.
-A second table, ``paged_model_kernels``, lists per-kernel device time of one graph step at
-batch 1 (from the profiler): where the step's time goes.
+On a GPU two more tables: ``paged_model_kernels``, per-kernel device time of one graph step at
+batch 1 (from the profiler): where the step's time goes; ``paged_model_linear``, each batch-1
+matmul shape's candidates (cuBLAS, Triton gemv tiles) with time and weight bandwidth, and which
+one the model uses.
 """
 
 from __future__ import annotations
@@ -114,6 +116,28 @@ def _row(mode, batch, context, wall, host, device_s, nbytes, bw, **extra) -> dic
                 roofline_fraction=nbytes / (bw * 1e9) / wall, **extra)
 
 
+def _time_ours(model: PagedLlama, graphs, cfg: PagedModelBenchConfig, step_bytes, bw: float,
+               checked: dict[str, float]) -> list[dict]:
+    """Eager and graph rows for every context x batch, each on its own fresh sequences."""
+    rows, dev = [], model.device
+    for context in cfg.contexts:
+        for batch in cfg.batches:
+            tables, inputs = _decode_inputs(model.cache, batch, context)
+            modes = {"eager": lambda inputs=inputs: model.decode(*inputs)}
+            if graphs is not None:
+                modes["graph"] = lambda inputs=inputs: graphs.run(*inputs)
+            for mode, fn in modes.items():
+                wall, host, dev_s = _time_step(fn, dev, cfg.timing)
+                extra = dict(capture_s=graphs.capture_s, graph_mem_mib=graphs.graph_mem_mib,
+                             bucket=graphs.bucket_for(batch)) if mode == "graph" else {}
+                rows.append(_row(mode, batch, context, wall, host, dev_s,
+                                 step_bytes(batch, context), bw, max_rel_err=checked[mode],
+                                 **extra))
+            for t in tables:
+                model.cache.pool.free(t)
+    return rows
+
+
 def bench(profile: str, out_dir: Path) -> list[Path]:
     cfg = PagedModelBenchConfig.for_profile(profile)
     dev = torch.device("cuda" if cfg.profile == "gpu" and has_cuda() else "cpu")
@@ -134,34 +158,41 @@ def bench(profile: str, out_dir: Path) -> list[Path]:
     cache.k.normal_()  # attended K/V: finite values at every slot the timed steps read
     cache.v.normal_()
 
-    def step_bytes(batch: int, context: int) -> int:
-        kv = batch * context * mcfg.kv_bytes_per_token(cache.k.element_size())
-        return weights.nbytes_per_step(batch) + kv
+    kv_token = mcfg.kv_bytes_per_token(cache.k.element_size())
 
-    rows = []
-    for context in cfg.contexts:
-        for batch in cfg.batches:
-            tables, inputs = _decode_inputs(cache, batch, context)
-            modes = {"eager": lambda inputs=inputs: model.decode(*inputs)}
-            if graphs is not None:
-                modes["graph"] = lambda inputs=inputs: graphs.run(*inputs)
-            for mode, fn in modes.items():
-                wall, host, dev_s = _time_step(fn, dev, cfg.timing)
-                extra = dict(capture_s=graphs.capture_s, graph_mem_mib=graphs.graph_mem_mib,
-                             bucket=graphs.bucket_for(batch)) if mode == "graph" else {}
-                rows.append(_row(mode, batch, context, wall, host, dev_s,
-                                 step_bytes(batch, context), bw, max_rel_err=checked[mode],
-                                 **extra))
-            for t in tables:
-                cache.pool.free(t)
-    kernels = checks.kernel_profile(graphs, cache) if graphs is not None else None
+    def step_bytes(batch: int, context: int) -> int:
+        return weights.nbytes_per_step(batch) + batch * context * kv_token
+
+    rows = _time_ours(model, graphs, cfg, step_bytes, bw, checked)
+    linear = _linear_rows(model)
+    has_graphs = graphs is not None
+    del graphs, model, cache  # free the KV pool (and graph memory) before the peers run
     if hf is not None:
         rows += checks.hf_rows(hf, mcfg, cfg, _row, step_bytes, bw, checked["hf"])
+    del hf, sd
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    kernels = checks.kernel_profile_isolated(cfg.model, cfg.dtype, cfg.block_size,
+                                             blocks_per_seq) if has_graphs else None
     for r in rows:
         r.update(model=cfg.model, dtype=cfg.dtype, block_size=cfg.block_size,
                  bench_s=round(time.perf_counter() - t_start, 1))
     paths = [write_table("paged_model", rows, out_dir=out_dir, config=cfg, profile=profile)]
-    if kernels:
-        paths.append(write_table("paged_model_kernels", kernels, out_dir=out_dir, config=cfg,
-                                 profile=profile))
+    for name, extra in (("paged_model_kernels", kernels), ("paged_model_linear", linear)):
+        if extra:
+            paths.append(write_table(name, extra, out_dir=out_dir, config=cfg, profile=profile))
     return paths
+
+
+def _linear_rows(model: PagedLlama) -> list[dict]:
+    """The batch-1 matmul choice per weight shape: every candidate's time and bandwidth."""
+    plan = getattr(model.ops, "plan", None)
+    rows = []
+    for (n, k, swiglu), times in (plan.timings.items() if plan else []):
+        chosen = plan.choice[(n, k, swiglu)]
+        for cand, us in times.items():
+            rows.append(dict(n=n, k=k, swiglu=swiglu, candidate=cand, us=us,
+                             weight_gb_s=n * k * model.weights.embed.element_size() / us / 1e3,
+                             chosen=cand == ("cublas" if chosen is None else
+                                             f"gemv_{chosen[0]}x{chosen[1]}w{chosen[2]}")))
+    return rows

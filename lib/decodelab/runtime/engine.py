@@ -85,6 +85,9 @@ class Engine:
         self.active: dict[str, Sequence] = {}
         self.pending: deque[_Pending] = deque()
         self.metrics = Metrics(config.keep_steps)
+        # Fault injection for tests and demos: logits_hook(rows, logits) may edit the logits of
+        # a step in place before sampling. None (the default) costs nothing.
+        self.logits_hook = None
         self._arrivals = 0
         self._steps = 0
         self._t_last_step: float | None = None
@@ -229,7 +232,7 @@ class Engine:
         mode = choose_mode([s.params.greedy for s in admit], [s.params.top_k for s in admit],
                            uses_pen, self.vocab, self.cfg.max_partial_k)
         lo = self.cfg.max_num_seqs
-        self._sample_into(logits, params, mode, buf, lo, len(admit))
+        self._sample_into(admit, logits, params, mode, buf, lo)
         return self._phase(rec, "sample", t)
 
     def _decode(self, rec: StepRecord, decode: list[Sequence], buf: int, t: float) -> float:
@@ -242,11 +245,14 @@ class Engine:
         t = self._phase(rec, "forward", t)
         slots = np.fromiter((s.slot for s in decode), dtype=np.int64, count=len(decode))
         mode = choose_mode(*self.batch.mode_inputs(slots), self.vocab, self.cfg.max_partial_k)
-        self._sample_into(logits, inp.params, mode, buf, 0, len(decode))
+        self._sample_into(decode, logits, inp.params, mode, buf, 0)
         return self._phase(rec, "sample", t)
 
-    def _sample_into(self, logits: torch.Tensor, params: RowParams, mode, buf: int, lo: int,
-                     n: int) -> None:
+    def _sample_into(self, rows: list[Sequence], logits: torch.Tensor, params: RowParams, mode,
+                     buf: int, lo: int) -> None:
+        n = len(rows)
+        if self.logits_hook is not None:
+            self.logits_hook(rows, logits)
         tokens, bad = sample(logits, params, mode, self.penalties)
         self.batch.last_token.index_copy_(0, params.slot, tokens)
         if mode.penalties:

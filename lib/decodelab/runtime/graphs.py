@@ -64,7 +64,6 @@ class DecodeGraphs:
 
     def _capture_all(self, warmup: int) -> None:
         torch.cuda.synchronize()
-        free_before = torch.cuda.mem_get_info()[0]
         t0 = time.perf_counter()
         pool = torch.cuda.graph_pool_handle()
         # Warm up (Triton compilation, cuBLAS handles) on a side stream, as torch advises.
@@ -75,6 +74,9 @@ class DecodeGraphs:
                 for _ in range(warmup):
                     self.model.decode(*self._static(b))
         torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # so the pool's growth below is the graphs' own memory
+        reserved = torch.cuda.memory_reserved()
         for b in reversed(self.buckets):  # largest first: later graphs fit in its pool
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
@@ -82,7 +84,7 @@ class DecodeGraphs:
             self.graphs[b] = graph
         torch.cuda.synchronize()
         self.capture_s = time.perf_counter() - t0
-        self.graph_mem_mib = (free_before - torch.cuda.mem_get_info()[0]) / 2**20
+        self.graph_mem_mib = (torch.cuda.memory_reserved() - reserved) / 2**20
 
     def bucket_for(self, batch: int) -> int:
         for b in self.buckets:

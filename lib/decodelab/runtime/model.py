@@ -17,8 +17,9 @@ Interface (stable; the runtime engine builds on exactly this):
         a CUDA graph (see ``decodelab.runtime.graphs.DecodeGraphs``).
 
 ``backend="triton"`` (CUDA only) swaps in fused kernels for the norms, RoPE + cache write, the
-SwiGLU product and paged decode attention (``triton_ops``, ``triton_attention``); ``"torch"`` is
-the plain reference the tests compare with ``transformers``. Prefill always uses the torch ops.
+SwiGLU product, paged decode attention and batch-1 matmuls where they beat cuBLAS
+(``triton_ops``, ``triton_attention``, ``triton_linear``); ``"torch"`` is the plain reference
+the tests compare with ``transformers``. Prefill's RoPE, cache write and attention are torch.
 """
 
 from __future__ import annotations
@@ -73,6 +74,16 @@ class TorchOps:
         gate, up = gate_up.chunk(2, dim=-1)
         return F.silu(gate) * up
 
+    @staticmethod
+    def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
+               ) -> torch.Tensor:
+        return F.linear(x, w, bias)
+
+    @classmethod
+    def swiglu_linear(cls, gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """The MLP's down projection of silu(gate) * up."""
+        return F.linear(cls.silu_mul(gate_up), w)
+
     decode_attention = staticmethod(paged_decode_attention_ref)
 
 
@@ -86,7 +97,7 @@ def _ops(backend: str, device: torch.device):
         raise ConfigError(f"PagedLlama.backend='triton': needs a CUDA device, cache is on {device}")
     from decodelab.runtime.triton_ops import TritonOps
 
-    return TritonOps
+    return TritonOps()
 
 
 class PagedLlama:
@@ -101,6 +112,8 @@ class PagedLlama:
         self.dtype = weights.embed.dtype
         self.ops = _ops(backend, self.device)
         self.backend = "torch" if self.ops is TorchOps else "triton"
+        if self.backend == "triton":
+            self.ops.tune(weights)  # per-shape matmul choice, fixed before any graph capture
         self.scale = config.head_dim ** -0.5
         # (max_positions, D/2) rotary tables, computed in fp32 and rounded to the model dtype
         # as transformers does.
@@ -118,19 +131,20 @@ class PagedLlama:
         h = F.embedding(ids, w.embed)  # (T, d) residual stream
         x = ops.rms_norm(h, w.layers[0].attn_norm, eps)
         for i, lw in enumerate(w.layers):
-            qkv = F.linear(x, lw.qkv, lw.qkv_bias)  # (T, q_size + 2 kv_size)
+            qkv = ops.linear(x, lw.qkv, lw.qkv_bias)  # (T, q_size + 2 kv_size)
             q, k, v = qkv.split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
             a = attend(i, q.view(t, cfg.num_heads, cfg.head_dim),
                        k.view(t, cfg.num_kv_heads, cfg.head_dim),
                        v.view(t, cfg.num_kv_heads, cfg.head_dim))
-            h, x = ops.add_rms_norm(h, F.linear(a.reshape(t, cfg.q_size), lw.o), lw.mlp_norm, eps)
-            mlp = F.linear(ops.silu_mul(F.linear(x, lw.gate_up)), lw.down)
+            h, x = ops.add_rms_norm(h, ops.linear(a.reshape(t, cfg.q_size), lw.o), lw.mlp_norm,
+                                    eps)
+            mlp = ops.swiglu_linear(ops.linear(x, lw.gate_up), lw.down)
             nxt = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.final_norm
             h, x = ops.add_rms_norm(h, mlp, nxt, eps)
         return x
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weights.lm_head).float()
+        return self.ops.linear(x, self.weights.lm_head).float()
 
     # ------------------------------------------------------------------ public forward passes
     @torch.inference_mode()

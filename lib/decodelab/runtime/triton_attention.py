@@ -55,13 +55,14 @@ def _attn_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, m_ptr, l_
         row = blk * stride_kb + (t % BS) * stride_kt  # (TILE,) offset of each position's K/V
         k = tl.load(kv_head + row[:, None] + d[None, :], mask=tmask[:, None],
                     other=0.0).to(tl.float32)  # (TILE, D)
+        # V issued with K: both loads in flight before the softmax needs either.
+        v = tl.load(v_head + row[:, None] + d[None, :], mask=tmask[:, None],
+                    other=0.0).to(tl.float32)  # (TILE, D)
         s = tl.sum(q[:, None, :] * k[None, :, :], axis=2) * scale_log2  # (GP, TILE), log2 units
         s = tl.where(tmask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
-        v = tl.load(v_head + row[:, None] + d[None, :], mask=tmask[:, None],
-                    other=0.0).to(tl.float32)  # (TILE, D)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
         m_i = m_new

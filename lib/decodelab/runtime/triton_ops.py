@@ -8,7 +8,8 @@ adds up to more than the matmuls' memory time. Fused here, one kernel each:
   then RMSNorm of the sum; ``rms_norm`` without the add.
 - ``rope_write``: rotary embedding of q and k, and the store of k and v into the paged cache
   at their slots (slot -1, a padding row, stores nothing).
-- ``silu_mul``: SwiGLU's silu(gate) * up.
+- ``silu_mul``: SwiGLU's silu(gate) * up (batches > 1; at batch 1 the down projection's gemv
+  computes it on the fly, see ``triton_linear``).
 
 ``TritonOps`` has the same methods as ``model.TorchOps``, so the model swaps one for the other.
 """
@@ -97,6 +98,28 @@ def _norm(h: torch.Tensor, x: torch.Tensor | None, w: torch.Tensor, eps: float) 
 
 class TritonOps:
     """Fused kernels with the same methods and contracts as ``model.TorchOps``."""
+
+    def __init__(self) -> None:
+        from decodelab.runtime.triton_linear import LinearPlan
+
+        self.plan = LinearPlan()
+
+    def tune(self, weights) -> None:
+        """Pick cuBLAS or a gemv tile for every batch-1 matmul shape of these weights."""
+        for lw in weights.layers:
+            if lw.qkv_bias is None:
+                self.plan.tune(lw.qkv)
+            self.plan.tune(lw.o)
+            self.plan.tune(lw.gate_up)
+            self.plan.tune(lw.down, swiglu=True)
+        self.plan.tune(weights.lm_head)
+
+    def linear(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
+               ) -> torch.Tensor:
+        return torch.nn.functional.linear(x, w, bias) if bias is not None else self.plan(x, w)
+
+    def swiglu_linear(self, gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return self.plan(gate_up.contiguous(), w, swiglu=True)
 
     @staticmethod
     def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
