@@ -75,7 +75,7 @@ table = regime_table(regimes)
 # | graph (one step per replay) | phase 1, wall per step | compute = GPU-busy; node = fitted per-step time with replay amortised away (phase 2, K→∞) − GPU-busy; replay = remainder |
 # | multi-step graph (largest K) | phase 2, wall per step | replay = fitted replay cost / K; compute = GPU-busy; node = remainder |
 # | persistent kernel (fastest kernel variant) | phase 3, µs per step | node = barriers per step × measured latency of that variant's barrier; compute = remainder |
-# | runtime loop | phase 4b, engine step | orchestration = engine step − bare graph forward (phase 4a, same batch); the forward split as below |
+# | runtime loop | phase 4b, engine wall per step | orchestration = engine step − bare graph-captured forward (same run, same batch); compute = that forward (its replay is split out in the transformer row) |
 # | transformer decode, eager | phase 4a, eager wall per step | compute = device span of the same step graph-captured; dispatch = remainder |
 # | transformer decode (graph) | phase 4a, wall per step | compute = summed kernel time (profiler); node = device span (CUDA events) − summed kernel time; replay = wall − device span (graph launch, input copies) |
 #
@@ -89,9 +89,10 @@ display(Markdown(
     f"**Headline configuration.** Toy regimes: `{params.toy_config}` (H={toy.hidden}, "
     f"L={toy.layers}, B={toy.batch}, V={toy.vocab}, {toy.dtype})"
     + (", the seed study's own headline regime" if params.toy_config == "ultra-light" else "")
-    + ", a config phases 1-3 all measure. Model regimes: Llama-3.2-1B shapes at context "
-    f"{params.context}: the bare transformer decode at batch {params.model_batch} (latency), "
-    f"the runtime loop at batch {params.runtime_batch} (serving)."))
+    + ", a config phases 1-3 all measure. Model regimes: Llama-3.2-1B shapes, the bare "
+    f"transformer decode at batch {params.model_batch} and context {params.context} (latency), "
+    f"the runtime loop at batch {params.runtime_batch} (serving, at the context of phase 4b's "
+    "steady-decode run)."))
 origin_name = plots.origin_label(params.origin)
 if missing:
     display(Markdown("**Not in the decomposition yet** (the report fills in as the phases' "

@@ -27,7 +27,7 @@ KNOWN = {
     "graph": {"replay": 5.0, "node": T_STEP_INF - BUSY, "compute": BUSY},
     "multi-step graph": {"replay": T_REPLAY / 64, "node": T_STEP_INF - BUSY, "compute": BUSY},
     "persistent kernel": {"node": BARRIERS * BARRIER_US, "compute": 0.4 - BARRIERS * BARRIER_US},
-    "runtime loop": {"orchestration": 200.0, "replay": 10.0, "compute": 2490.0},
+    "runtime loop": {"orchestration": 200.0, "compute": 2500.0},
     "transformer decode, eager": {"dispatch": 9000.0 - 1990.0, "compute": 1990.0},
     "transformer decode": {"replay": 10.0, "node": 1990.0 - sum(KERNELS_US),
                            "compute": sum(KERNELS_US)},
@@ -62,7 +62,9 @@ def tables(busy_graph: float = BUSY) -> dict[str, pd.DataFrame]:
                                          ("eager", 1, 512, 9.0, 8.9), ("graph", 1, 4096, 2.6, 2.5))]
     kernels = [{"kernel": f"k{i}", "us_per_step": us, "batch": 1, "context": 512}
                for i, us in enumerate(KERNELS_US)]
-    runtime = [{"batch": b, "step_us": us} for b, us in ((1, 2300.0), (32, 2700.0))]
+    runtime = [{"variant": v, "batch": 32, "wall_us": us, "wall_min_us": us - 5,
+                "wall_max_us": us + 5}
+               for v, us in (("bare_forward", 2500.0), ("engine", 2700.0), ("no_graphs", 6000.0))]
     frames = {
         "dispatch": pd.DataFrame([_dispatch_row("eager", 60.0, 55.0, BUSY),
                                   _dispatch_row("cuda_graph", 20.0, 2.5, busy_graph)]),

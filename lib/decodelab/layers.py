@@ -46,8 +46,9 @@ class Headline:
 
     The toy regimes (eager, graph, multi-step, persistent) use one named toy config: ultra-light
     by default, the seed study's own headline regime, measured by phases 1-3 alike. The model
-    regimes use Llama-3.2-1B shapes: the bare transformer decode at batch 1 (the latency case),
-    the runtime loop at batch 32 (the serving case phase 4b targets), both at ``context``.
+    regimes use Llama-3.2-1B shapes: the bare transformer decode at batch 1 and ``context`` (the
+    latency case), the runtime loop at batch 32 (the serving case phase 4b targets, at the
+    context of its steady-decode run).
     """
 
     toy_config: str = "ultra-light"
