@@ -170,8 +170,11 @@ if nodes is not None:
 #   that noise floor: when `snr` is below the level needed for the target, a low per-step R² says
 #   the 1/K term is small against the scatter between graphs, not that the model is wrong.
 #
-# The uncertainty of T_step and T_replay is in their confidence intervals, which hold in both
-# forms. No point is dropped from these fits.
+# Interleaved rounds remove the part of that scatter that comes from drift over the run; what
+# remains belongs to the points themselves (each K is a different graph, with its own kernels'
+# placement in memory), and it is what `noise_rel` measures. The uncertainty of T_step and
+# T_replay is in their confidence intervals, which hold in both forms. No point is dropped from
+# these fits.
 
 # %%
 if multi is not None:
@@ -196,9 +199,9 @@ def _step_summary(fits: pd.DataFrame) -> str:
             f"K = {r.k_2pct:.0f} steps per graph buys < 2%; at K = {r.k_max} the per-step wall "
             f"is {100 * r.k_max_rel_dev:+.1f}% from T_step. Per-replay R² = "
             f"{r.r2_per_replay:.4f} ({_meets(r.r2_per_replay)} the target); per-step R² = "
-            f"{r.r2:.3f} ({_meets(r.r2)} it): the 1/K term spans {100 * r.signal_rel:.2f}% "
-            f"(sd) of the step against a scatter of {100 * r.noise_rel:.2f}%, snr = "
-            f"{r.snr:.1f}.")
+            f"{r.r2:.3f} ({_meets(r.r2)} it): over the measured K the 1/K term moves the "
+            f"per-step time by {100 * r.signal_rel:.2f}% (sd) against a scatter of "
+            f"{100 * r.noise_rel:.2f}% about the fit, snr = {r.snr:.1f}.")
     return "\n".join(lines)
 
 
