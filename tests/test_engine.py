@@ -246,3 +246,31 @@ def test_real_tiny_llama_sampled_request_same_alone_and_in_a_mix():
     mix = workload(7, seed=10, vocab=512)
     eng = Engine(tiny_llama(), EngineConfig(max_num_seqs=8, max_model_len=128))
     assert run_all(eng, [*mix[:3], probe, *mix[3:]])["p"] == alone
+
+
+@pytest.mark.gpu
+def test_cuda_engine_graphs_equal_eager_and_isolate_faults():
+    from decodelab.runtime.graphs import DecodeGraphs
+
+    cfg = named_config("tiny")
+    dev = torch.device("cuda")
+    model = PagedLlama(cfg, random_weights(cfg, 0, device=dev),
+                       PagedKVCache(cfg, 128, 8, device=dev))
+    graphs = DecodeGraphs(model, buckets=(1, 2, 4, 8), max_blocks_per_seq=16)
+    reqs = workload(8, seed=11, vocab=512, max_new_tokens=10)
+    ecfg = EngineConfig(max_num_seqs=8, max_model_len=128)
+    outs = []
+    for use_graphs in (True, False):
+        eng = Engine(model, replace_cfg(ecfg, use_graphs=use_graphs), graphs)
+        eng.logits_hook = lambda rows, logits: [
+            logits[i].fill_(float("nan")) for i, s in enumerate(rows)
+            if s.request_id == "r3" and s.launched >= 2]
+        outs.append(run_all(eng, reqs))
+        assert eng.pool.num_free == eng.pool.num_total
+    assert outs[0] == outs[1]
+
+
+def replace_cfg(cfg: EngineConfig, **kw) -> EngineConfig:
+    from dataclasses import replace
+
+    return replace(cfg, **kw)

@@ -1,0 +1,108 @@
+"""Figures of phase 4b (the runtime loop). Each takes result-table DataFrames (with an
+``origin`` column from ``load_table``) and returns a matplotlib Figure."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from decodelab.plots import origin_label, use_style
+
+PHASE_COLS = ("schedule_us", "prepare_us", "forward_us", "sample_us", "update_us", "emit_us")
+VARIANT_ORDER = ("bare_forward", "engine", "no_graphs", "no_async_output", "no_static_inputs")
+
+
+def _origins(df: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(df["origin"])) if "origin" in df else ["local"]
+
+
+def step_breakdown(steps: pd.DataFrame) -> plt.Figure:
+    """Stacked host time per phase, step by step, for each origin and run variant."""
+    use_style()
+    panels = [(o, v) for o in _origins(steps) for v in dict.fromkeys(steps["variant"])
+              if ((steps.get("origin", o) == o) & (steps["variant"] == v)).any()]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    for ax, (origin, variant) in zip(axes[0], panels, strict=True):
+        sel = steps[(steps.get("origin", origin) == origin) & (steps["variant"] == variant)]
+        sel = sel.sort_values("step")
+        x = range(len(sel))
+        ax.stackplot(x, *[sel[c] for c in PHASE_COLS], labels=[c[:-3] for c in PHASE_COLS])
+        ax.plot(x, sel["wall_us"], color="black", lw=1, label="wall per step")
+        ax.set(title=f"{origin_label(origin)}: {variant}", xlabel="step (timed window)",
+               ylabel="µs", ylim=(0, 1.3 * sel["wall_us"].quantile(0.95)))
+    axes[0][0].legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def techniques(runtime: pd.DataFrame) -> plt.Figure:
+    """Wall time per steady decode step: bare forward, full engine, one technique off."""
+    use_style()
+    origins = _origins(runtime)
+    fig, axes = plt.subplots(1, len(origins), figsize=(6 * len(origins), 4), squeeze=False)
+    for ax, origin in zip(axes[0], origins, strict=True):
+        sel = runtime[runtime.get("origin", origin) == origin].set_index("variant")
+        order = [v for v in VARIANT_ORDER if v in sel.index]
+        bars = ax.bar(order, sel.loc[order, "wall_us"], color="tab:blue")
+        for bar, v in zip(bars, order, strict=True):
+            ax.annotate(f"{sel.loc[v, 'ratio_to_bare']:.2f}x", (bar.get_x() + bar.get_width() / 2,
+                        bar.get_height()), ha="center", va="bottom", fontsize=9)
+        batch = int(sel["batch"].iloc[0])
+        ax.set(title=f"{origin_label(origin)}: batch {batch}", ylabel="µs per step")
+        ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    return fig
+
+
+def host_overhead_vs_batch(batch: pd.DataFrame) -> plt.Figure:
+    """Engine and bare-forward step time, and the engine's host time, against batch size."""
+    use_style()
+    origins = _origins(batch)
+    fig, axes = plt.subplots(1, len(origins), figsize=(6 * len(origins), 4), squeeze=False)
+    for ax, origin in zip(axes[0], origins, strict=True):
+        sel = batch[batch.get("origin", origin) == origin].sort_values("batch")
+        ax.plot(sel["batch"], sel["engine_wall_us"], "o-", label="engine step (wall)")
+        ax.plot(sel["batch"], sel["bare_wall_us"], "s--", label="bare forward (wall)")
+        ax.plot(sel["batch"], sel["engine_host_us"], "^-", label="engine host time")
+        ax.plot(sel["batch"], sel["orchestration_us"], "v:", label="host outside the forward")
+        ax.set(title=origin_label(origin), xlabel="batch (rows decoding)", ylabel="µs per step",
+               xscale="log", yscale="log")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def sampler(samplers: pd.DataFrame) -> plt.Figure:
+    """Sampler time by variant (partial selection vs full sort, greedy, penalties)."""
+    use_style()
+    origins = _origins(samplers)
+    fig, axes = plt.subplots(1, len(origins), figsize=(6 * len(origins), 4), squeeze=False)
+    for ax, origin in zip(axes[0], origins, strict=True):
+        sel = samplers[samplers.get("origin", origin) == origin]
+        ax.bar(sel["variant"], sel["device_us"], label="device (kernels back to back)")
+        ax.plot(sel["variant"], sel["host_us"], "ko", label="host time to issue")
+        ax.set(title=f"{origin_label(origin)}: batch {int(sel['batch'].iloc[0])}, "
+                     f"vocab {int(sel['vocab'].iloc[0])}", ylabel="µs per call")
+        ax.tick_params(axis="x", rotation=20)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def workload_latency(requests: pd.DataFrame) -> plt.Figure:
+    """Time to first token and time per output token of the Poisson workload (ECDFs)."""
+    use_style()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for origin in _origins(requests):
+        sel = requests[requests.get("origin", origin) == origin]
+        label = f"{origin_label(origin)} ({sel['throughput_tok_s'].iloc[0]:.0f} tok/s)"
+        for ax, col in zip(axes, ("ttft_ms", "tpot_ms"), strict=True):
+            vals = sel[col].dropna().sort_values()
+            ax.step(vals, [(i + 1) / len(vals) for i in range(len(vals))], where="post",
+                    label=label)
+    axes[0].set(title="time to first token", xlabel="ms", ylabel="fraction of requests",
+                xscale="log")
+    axes[1].set(title="time per output token", xlabel="ms", xscale="log")
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,197 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · The runtime loop: what serving costs on top of the forward pass
+#
+# Phase 4a built a Llama-shaped decoder over a paged KV cache, captured as one CUDA graph per
+# batch bucket. This notebook drives it with a real serving loop, `decodelab.runtime.Engine`:
+#
+# ```
+# while requests remain:
+#     plan   = scheduler.schedule(running, waiting, free_blocks)  # admit / decode / preempt
+#     inputs = batch.prepare(rows)          # pinned mirrors -> static device buffers, no alloc
+#     logits = graphs.run(inputs)           # the graph of the batch's bucket (or eager)
+#     tokens = sample(logits, row_params)   # per-row parameters on the device, no sync
+#     update(tokens)                        # last-token table on device; async copy to host
+#     emit(previous step's tokens)          # stop checks once per step, stream, retire
+# ```
+#
+# The host learns each token one step after it was sampled, so it never stalls the device to
+# decide anything. Each technique can be switched off on its own (`EngineConfig`): CUDA graphs
+# (`use_graphs`), deferred output processing (`async_output`), preallocated inputs
+# (`static_inputs`). The bench `python -m decodelab bench runtime` measures the engine's
+# steady decode step against the bare forward step of phase 4a, the sampler alone, the
+# per-step breakdown, host overhead against batch size and a workload with Poisson arrivals.
+
+# %% tags=["parameters"]
+profile = "cpu"
+interactive = True
+run_bench = True
+
+# %%
+from IPython.display import Markdown, display
+
+from decodelab import plots
+from decodelab.plots import runtime as figs
+from decodelab.runtime.notebook import NotebookParams, demo, load_tables, run_local_bench, summary
+
+params = NotebookParams(profile=profile, interactive=interactive, run_bench=run_bench)
+plots.use_style()
+
+# %% [markdown]
+# ## The engine at work, failures included
+#
+# A mixed batch on the tiny model: five requests with different sampling parameters, and three
+# that fail in the ways a multi-tenant runtime has to contain: a streaming callback that
+# raises, logits that turn non-finite (injected through the engine's `logits_hook`), and an
+# abort from the client. Each ends with its own status and reason; the others finish as if
+# alone. Malformed requests are rejected at admission with the field and its allowed range,
+# before anything of them enters a batch. At the end every cache block is back in the pool.
+
+# %%
+outcomes, rejected, pool = demo()
+display(outcomes)
+display(Markdown("Rejected at admission:\n\n" + "\n".join(f"- `{r}`" for r in rejected)))
+display(Markdown(f"Cache blocks free at the end: **{pool['free']} of {pool['total']}**."))
+
+# %% [markdown]
+# ## Measure this machine
+#
+# On a CPU this runs the tiny model for real (seconds); on a GPU with the `gpu` profile, the
+# Llama-3.2-1B shapes in bf16. Results go to `data/local/` and are shown next to the shipped
+# H200 reference (`data/reference/h200/`), each labelled by origin.
+
+# %%
+written = run_local_bench(params)
+tables = load_tables()
+display(Markdown(summary(tables)))
+
+# %% [markdown]
+# ## Each technique on its own
+#
+# Wall time per steady decode step (one synchronisation per chunk of steps), every row of the
+# batch decoding with its own temperature, top-k and top-p. `bare_forward` is the phase-4a
+# step alone (graph replay with its input copies); `engine` adds scheduling, input
+# preparation, sampling, the last-token update and streaming; the other bars switch one
+# technique off. The label is the ratio to the bare forward step. On a CPU there is no device
+# to overlap with: the "forward" and the sampler are host work too, so every phase adds up and
+# the ratio says how much the loop costs when nothing hides it.
+
+# %%
+if "runtime" in tables:
+    fig = figs.techniques(tables["runtime"])
+    plots.save(fig, "runtime_techniques")
+    rt = tables["runtime"].set_index(["origin", "variant"])
+    lines = []
+    for origin in tables["runtime"]["origin"].unique():
+        sel = rt.loc[origin]
+        off = [v for v in ("no_graphs", "no_async_output", "no_static_inputs") if v in sel.index]
+        costs = ", ".join(f"`{v}` {sel.loc[v, 'wall_us'] / sel.loc['engine', 'wall_us']:.2f}x"
+                          for v in off)
+        lines.append(f"- {plots.origin_label(origin)}: relative to the full engine, {costs}.")
+    display(Markdown("\n".join(lines)))
+
+# %% [markdown]
+# ## The per-step breakdown
+#
+# Host time of each phase, step by step (stacked), with the wall time per step on top. In the
+# `engine` run the phases are host time only: the device works on the previous step's graph
+# while the host prepares the next one, and `forward` is just the time to issue the replay.
+# With `sync_phases` the engine synchronises after every phase, so each band includes its
+# device time: the forward pass dominates, as it should.
+
+# %%
+if "runtime_steps" in tables:
+    fig = figs.step_breakdown(tables["runtime_steps"])
+    plots.save(fig, "runtime_step_breakdown")
+    med = tables["runtime_steps"].groupby(["origin", "variant"])[
+        [c for c in figs.PHASE_COLS] + ["sync_wait_us", "wall_us"]].median().round(1)
+    display(med)
+
+# %% [markdown]
+# ## Host overhead against batch size
+#
+# A decode step's host work grows with the number of rows (per-row bookkeeping, stop checks,
+# streaming) while a graph replay costs the same at any batch. As long as the host's time per
+# step stays below the device's, it is hidden: the engine step tracks the bare forward step.
+
+# %%
+if "runtime_batch" in tables:
+    fig = figs.host_overhead_vs_batch(tables["runtime_batch"])
+    plots.save(fig, "runtime_host_vs_batch")
+    display(tables["runtime_batch"][["origin", "batch", "engine_wall_us", "bare_wall_us",
+                                     "ratio_to_bare", "engine_host_us", "orchestration_us"]]
+            .round(2))
+
+# %% [markdown]
+# ## The sampler
+#
+# The same mixed rows sampled from candidates found by partial selection (`torch.topk` with
+# the batch's largest top-k rounded up to a power of two) and by a full-vocabulary sort; the
+# bench first checks that both sample the same tokens. `device_us` is the sampler's kernels
+# back to back (captured and replayed), its share of the engine step is in the summary above.
+
+# %%
+if "runtime_sampler" in tables:
+    fig = figs.sampler(tables["runtime_sampler"])
+    plots.save(fig, "runtime_sampler")
+    s = tables["runtime_sampler"].set_index(["origin", "variant"])
+    display(Markdown("\n".join(
+        f"- {plots.origin_label(o)}: full sort / partial selection = "
+        f"{s.loc[(o, 'full_sort'), 'device_us'] / s.loc[(o, 'partial_topk'), 'device_us']:.1f}x"
+        for o in tables["runtime_sampler"]["origin"].unique())))
+
+# %% [markdown]
+# ## A workload with Poisson arrivals
+#
+# Requests arrive at random (exponential gaps), with prompts and output lengths drawn from a
+# range and mixed sampling parameters. Time to first token includes the wait for admission
+# and the prefill; time per output token is the steady decode rate each request saw.
+
+# %%
+if "runtime_requests" in tables:
+    fig = figs.workload_latency(tables["runtime_requests"])
+    plots.save(fig, "runtime_workload")
+    req = tables["runtime_requests"]
+    display(req.groupby("origin")[["ttft_ms", "tpot_ms", "throughput_tok_s"]]
+            .median().round(2))
+
+# %% [markdown]
+# ## What is guaranteed about determinism
+#
+# A request with a fixed `seed` draws its randomness from a counter-based hash of
+# (seed, index of the token in its output), computed on the host with the step's inputs: no
+# generator state is shared between requests, so which other requests share the batch, how
+# they are ordered, and whether the request was preempted and recomputed do not change its
+# random numbers. Greedy rows are an exact argmax. The sampler's filters are prefix masks of
+# one cumulative sum whose prefix values do not depend on how many candidates follow, so a
+# row's draw does not depend on the batch either. **Guaranteed**: identical tokens for
+# identical logits — tested with the tiny model on CPU in fp32, where the forward pass is
+# row-independent, alone and in different batch mixes, with and without preemption.
+# **Not guaranteed on a GPU**: the forward pass itself is not batch-invariant there (a
+# different batch bucket runs other matrix-multiply tiles, and recompute after preemption
+# runs prefill instead of decode kernels), so logits can differ in the last bits and a near
+# tie can then pick another token; making that exact needs batch-invariant kernels.
+#
+# ## Problems this engine handles (the runtime page's table)
+#
+# | problem | what the engine does | where it shows |
+# |---|---|---|
+# | host overhead dominating | graph per bucket, preallocated inputs | techniques figure |
+# | latency spikes from allocation | static buffers, pinned mirrors, reusable events | `no_static_inputs` bar |
+# | device stalls between steps | tokens processed one step late; one wait per step | `sync_wait` in the breakdown |
+# | wrong output for some requests | per-row parameters in device tensors; mixed-batch statistical test | `tests/test_sampling.py` |
+# | memory leak from failed requests | one retire path frees blocks on every exit | demo: pool full at the end |
+# | nondeterministic output | per-request counter-based randomness | the statement above |
+# | sampling dominates | partial selection instead of a full sort | sampler figure |
