@@ -18,7 +18,7 @@
 # for each regime (eager, single-step graph, multi-step graph, persistent kernel, the runtime
 # loop, a real-shaped transformer eager and graph-captured) one decode step is split into
 #
-# $$T_\text{step} = T_\text{dispatch} + T_\text{replay} + T_\text{node} + T_\text{orchestration} + T_\text{compute}$$
+#     T_step = T_dispatch + T_replay + T_node + T_orchestration + T_compute
 #
 # computed from the shipped H200 result tables, and the dominant layer of each regime is the
 # largest term: computed, not typed. The seed study's regime table and headline numbers are then
@@ -50,7 +50,7 @@ from decodelab.layers import (
 )
 from decodelab.plots.report import decomposition_figure, empty_figure
 from decodelab.seed_claims import AGREE_FACTOR, SEED_SOURCE, seed_table
-from decodelab.toy import named
+from decodelab.toy import NAMED_CONFIGS, named
 
 params = NotebookParams(profile=profile, interactive=interactive, reference=reference,
                         toy_config=toy_config, model_batch=model_batch,
@@ -113,6 +113,25 @@ if regimes:
     plots.save(fig, "headline_decomposition")
 else:
     fig = empty_figure(f"No decomposition yet: no phase tables from {origin_name}.")
+
+# %% [markdown]
+# In JupyterLab (`interactive=True`), choose the toy config the toy regimes are read at; the
+# report shows the static figures of this section instead.
+
+# %%
+if params.interactive:
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+
+    def _explore(config: str) -> None:
+        picked = decompose(tables, replace(params.headline, toy_config=config))[0]
+        if picked:
+            decomposition_figure(terms_frame(picked), regime_table(picked), config)
+            plt.show()
+        else:
+            display(Markdown(f"No data yet for the {config} toy config."))
+
+    widgets.interact(_explore, config=list(NAMED_CONFIGS))
 
 # %% [markdown]
 # The same toy regimes with more arithmetic per step (the h256 toy config, where the seed saw

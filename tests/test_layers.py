@@ -17,6 +17,7 @@ from decodelab.layers import (
     terms_frame,
 )
 from decodelab.plots.report import decomposition_figure, empty_figure
+from decodelab.results import write_table
 from decodelab.seed_claims import SEED_CLAIMS, agrees, seed_table
 from decodelab.validate import ConfigError
 
@@ -117,6 +118,9 @@ def test_load_tables_reads_a_reference_tree(tmp_path, monkeypatch):
     synthetic.write_reference_tree(tmp_path, names=("dispatch", "replay_multistep"))
     monkeypatch.setenv("DECODELAB_ROOT", str(tmp_path))
     monkeypatch.setenv("DECODELAB_LOCAL", str(tmp_path / "local"))
+    # a local run written with another schema must not hide the reference rows
+    local = synthetic.tables()["dispatch"].drop(columns=["origin", "device"]).assign(extra=1)
+    write_table("dispatch", local, out_dir=tmp_path / "local", info=synthetic.FakeInfo())
     tables = load_tables("reference/h200")
     assert set(tables.frames) == {"dispatch", "replay_multistep"}
     regimes, notes = decompose(tables)

@@ -149,14 +149,14 @@ def selector_of(table: str, origin: str | None, where: Mapping[str, object]) -> 
 
 def load_tables(origin: str | None = "reference/h200", names: Sequence[str] = TABLES) -> Tables:
     """Every phase table that exists (merged reference + local, then filtered to ``origin``)."""
-    from decodelab.results import SchemaMismatchError, has_table, load_table
+    from decodelab.results import SchemaMismatchError, load_table
 
     frames, problems = {}, {}
     for name in names:
-        if not has_table(name):
+        try:  # only this origin's files: a local run of another schema must not hide them
+            frames[name] = load_table(name, origins=[origin] if origin else None)
+        except FileNotFoundError:
             continue
-        try:
-            frames[name] = load_table(name)
         except (SchemaMismatchError, ValueError, OSError) as exc:  # unreadable: say so
             problems[name] = f"unreadable: {exc}"
     return Tables(frames, origin, problems)
