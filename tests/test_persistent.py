@@ -128,3 +128,45 @@ def test_auto_variant_and_stop_at_first_step():
     got = persistent.run(w, x0, 5, stop=first)
     assert got.steps.tolist() == [1]
     assert got.tokens[:, 0].tolist() == [first, -1, -1, -1, -1]
+
+
+def _synthetic_frames():
+    import pandas as pd
+
+    rows = []
+    for h in (16, 64, 256):
+        for variant, sps in (("block", 2e6 / h), ("cluster", 1e6), ("graph_k1", 5e4),
+                             ("graph_best", 2e5)):
+            kernel = variant in ("block", "cluster")
+            rows.append({"sweep": "hidden", "variant": variant, "hidden": h, "layers": 4,
+                         "batch": 1, "vocab": 256, "steps_per_s": sps, "us_per_step": 1e6 / sps,
+                         "model_us": 0.5 if kernel else float("nan"),
+                         "barriers_per_step": 5 if kernel else 0,
+                         "barrier_us": 0.05 if kernel else float("nan"),
+                         "host_fraction": 0.01, "origin": "reference/h200"})
+    barriers = pd.DataFrame([{"barrier": "syncthreads", "threads": t, "blocks": 1, "us": 0.02}
+                             for t in (256, 512)] +
+                            [{"barrier": "grid_sync", "threads": 256, "blocks": b, "us": 1.0}
+                             for b in (2, 8)])
+    return pd.DataFrame(rows), barriers
+
+
+def test_plots_on_synthetic_frames():
+    import matplotlib.pyplot as plt
+
+    from decodelab.plots import persistent as pp
+
+    frame, barriers = _synthetic_frames()
+    for fig in (pp.steps_vs_hidden(frame), pp.model_vs_measured(frame), pp.regime_shift(frame),
+                pp.barrier_costs(barriers)):
+        assert fig.axes
+        plt.close(fig)
+
+
+def test_seed_comparison_on_synthetic_frame():
+    frame, _ = _synthetic_frames()
+    table = persistent.seed_comparison(frame)
+    assert set(table["config"]) == {"ultra-light", "h256"}
+    ul = table[table["config"] == "ultra-light"].iloc[0]
+    assert ul["best_variant"] == "cluster" and math.isclose(ul["x_graph_k1"], 1e6 / 5e4)
+    assert not ul["meets_target"]

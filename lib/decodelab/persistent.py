@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from decodelab import toy
@@ -22,6 +23,10 @@ VARIANTS = ("block", "grid", "cluster")
 VARIANT_CODES = {"block": 0, "grid": 1, "cluster": 2}
 THREADS = (256, 512)
 MAX_HIDDEN = 1024
+# The seed study's persistent-kernel claims (seeds/004, README, one SM75 GPU): steps/s.
+SEED_CLAIMS = {"ultra-light": 2.1e6, "h256": 153e3}
+# This project's targets on the H200 (issue text): steps/s and ratio to the 1-step graph.
+TARGETS = {"ultra-light": (2.0e6, 30.0), "h256": (500e3, None)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +209,32 @@ def stop_token_for(ref: toy.Trajectory) -> int:
     """A stop token that row 0 emits part-way (so stopping is exercised), from the reference."""
     n_steps = ref.tokens.shape[0]
     return int(ref.tokens[n_steps // 3, 0])
+
+
+def seed_comparison(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per named config and origin: the seed's claim, our fastest persistent variant, the 1-step
+    graph replay on the same shape, and the targets."""
+    out = []
+    for name, claim in SEED_CLAIMS.items():
+        cfg = toy.named(name)
+        shape = ((frame["hidden"] == cfg.hidden) & (frame["layers"] == cfg.layers)
+                 & (frame["batch"] == cfg.batch) & (frame["vocab"] == cfg.vocab))
+        for origin, sub in frame[shape].groupby("origin" if "origin" in frame else "device"):
+            kernels = sub[sub["variant"].isin(VARIANTS)]
+            graph = sub[sub["variant"] == "graph_k1"]["steps_per_s"]
+            if kernels.empty:
+                continue
+            best = kernels.loc[kernels["steps_per_s"].idxmax()]
+            target, ratio_target = TARGETS[name]
+            ratio = best["steps_per_s"] / graph.max() if len(graph) else float("nan")
+            out.append({"config": name, "origin": origin, "seed_steps_per_s": claim,
+                        "best_variant": best["variant"], "steps_per_s": best["steps_per_s"],
+                        "graph_k1_steps_per_s": graph.max() if len(graph) else float("nan"),
+                        "x_graph_k1": ratio, "target_steps_per_s": target,
+                        "target_x_graph_k1": ratio_target,
+                        "meets_target": bool(best["steps_per_s"] >= target and
+                                             (ratio_target is None or ratio >= ratio_target))})
+    return pd.DataFrame(out)
 
 
 @dataclass(frozen=True, slots=True)

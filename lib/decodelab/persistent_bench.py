@@ -30,6 +30,7 @@ class SweepPlan:
     graph_ks: tuple[int, ...]
     target_launch_s: float  # device time aimed for per timed launch
     repeats: int
+    budget_s: float  # shapes left when this much time has passed are skipped (and said so)
 
 
 def sweep_plan(profile: str) -> SweepPlan:
@@ -38,11 +39,14 @@ def sweep_plan(profile: str) -> SweepPlan:
 
     if profile != "gpu":
         shapes = (("hidden", cfg(64, 4, 1)), ("batch", cfg(64, 2, 2)))
-        return SweepPlan(shapes, 200, (8,), 2e-3, 3)
-    shapes = [("hidden", cfg(h, 4, 1)) for h in (16, 32, 64, 128, 256, 512, 1024)]
+        return SweepPlan(shapes, 200, (8,), 2e-3, 3, 60.0)
+    # The named shapes first (ultra-light, h256), so a budget cut never loses them.
+    shapes = [("hidden", cfg(h, 4, 1)) for h in (64, 256, 16, 32, 128, 512, 1024)]
     shapes += [("layers", cfg(h, n, 1)) for h in (64, 256) for n in (1, 2, 8)]
     shapes += [("batch", cfg(h, 4, b)) for h in (64, 256) for b in (8, 32)]
-    return SweepPlan(tuple(shapes), 1000, (16, 64), 5e-3, 5)
+    # Launch alternatives (threads, blocks per row) on the two named shapes.
+    shapes[2:2] = [("tune", cfg(64, 4, 1)), ("tune", cfg(256, 4, 1))]
+    return SweepPlan(tuple(shapes), 1000, (16, 64), 5e-3, 5, 75.0)
 
 
 def latency_model_us(stages: int, barrier_us: float, flops: float, blocks: int, clock_hz: float,
@@ -98,7 +102,7 @@ def _time_launches(fn, n_steps: int, repeats: int) -> dict:
 
 
 def _measure_variant(w, x0, kcfg: persistent.KernelConfig, plan: SweepPlan) -> dict:
-    probe_n = 2000
+    probe_n = 200
     probe = time_cuda(lambda: persistent.run(w, x0, probe_n, kcfg=kcfg),
                       TimingConfig(warmup=1, repeats=2, inner=1)).device_stats().median
     n_steps = int(min(500_000, max(probe_n, plan.target_launch_s / (probe / probe_n))))
@@ -121,21 +125,35 @@ def _shape_cols(sweep: str, cfg: toy.ToyConfig) -> dict:
             "vocab": cfg.vocab, "flops_per_step": cfg.flops_per_step}
 
 
+def launch_configs(sweep: str, cluster: bool) -> list[persistent.KernelConfig]:
+    """The default launch per variant; for the ``tune`` sweep, the alternatives as well."""
+    K = persistent.KernelConfig  # noqa: N806
+    if sweep != "tune":
+        out = [K("block", 512), K("grid", 256)] + ([K("cluster", 256)] if cluster else [])
+        return out
+    out = [K("block", 256), K("grid", 512), K("grid", 256, 2), K("grid", 256, 4)]
+    if cluster:
+        out += [K("cluster", t, g) for t in (256, 512) for g in (2, 4, 8, 16)]
+    return out
+
+
 def _variant_rows(sweep, cfg, w, x0, ref, plan, barriers, attrs, build_s) -> list[dict]:
     rows = []
     stop = persistent.stop_token_for(ref)
-    for variant in persistent.VARIANTS:
-        if variant == "cluster" and not persistent.cluster_available():
-            continue
-        kcfg = persistent.KernelConfig(variant, 512 if variant == "block" else 256)
+    for kcfg in launch_configs(sweep, persistent.cluster_available()):
+        variant = kcfg.variant
         info = persistent.plan(cfg, kcfg)
         if not info["ok"]:
             print(f"[persistent] {variant} {cfg}: not run ({info['why']})", flush=True)
             continue
-        check = persistent.validate(w, x0, ref, kcfg)
-        stop_check = persistent.validate(w, x0, ref, kcfg, stop=stop)
+        try:
+            check = persistent.validate(w, x0, ref, kcfg)
+            stop_check = persistent.validate(w, x0, ref, kcfg, stop=stop)
+        except RuntimeError as exc:  # a launch the device refuses (e.g. a 16-block cluster)
+            print(f"[persistent] {kcfg} {cfg}: launch refused ({exc})", flush=True)
+            continue
         if not (check.ok and stop_check.ok):
-            raise AssertionError(f"persistent {variant} {cfg}: {check.describe()}; "
+            raise AssertionError(f"persistent {kcfg} {cfg}: {check.describe()}; "
                                  f"with stop token {stop}: {stop_check.describe()}")
         timing = _measure_variant(w, x0, kcfg, plan)
         bar = barrier_for(barriers, variant, kcfg.threads, info["blocks"])
@@ -176,15 +194,25 @@ def run_bench(profile: str, out_dir: Path) -> list[Path]:
     plan = sweep_plan(profile)
     attrs = dict(built.module.device_attrs())
     barriers = measure_barriers(built.module, attrs["sms"])
-    rows = []
+    print(f"[persistent] barriers measured at {time.perf_counter() - t0:.1f} s", flush=True)
+    rows, skipped = [], []
     for sweep, cfg in plan.shapes:
+        if time.perf_counter() - t0 > plan.budget_s:
+            skipped.append(f"{sweep}:H{cfg.hidden}L{cfg.layers}B{cfg.batch}")
+            continue
+        print(f"[persistent] {sweep} H={cfg.hidden} L={cfg.layers} B={cfg.batch} "
+              f"at {time.perf_counter() - t0:.1f} s", flush=True)
         w = toy.make_weights(cfg, "cuda")
         x0 = toy.initial_state(cfg, "cuda")
         ref = toy.run_eager(w, x0, plan.n_validate)
         rows += _variant_rows(sweep, cfg, w, x0, ref, plan, barriers, attrs, built.build_s)
-        rows += _graph_rows(sweep, cfg, w, x0, ref, plan, built.build_s)
+        if sweep != "tune":
+            rows += _graph_rows(sweep, cfg, w, x0, ref, plan, built.build_s)
+    if skipped:
+        print(f"[persistent] time budget {plan.budget_s:.0f} s spent; skipped {', '.join(skipped)}",
+              flush=True)
     config = {"plan": plan, "device_attrs": attrs, "arch": built.arch, "module": built.name,
-              "build_s": built.build_s, "build_cached": built.cached}
+              "build_s": built.build_s, "build_cached": built.cached, "skipped": skipped}
     paths = [write_table("persistent", rows, out_dir=out_dir, config=config, profile=profile),
              write_table("persistent_barriers", barriers, out_dir=out_dir, config=config,
                          profile=profile)]
