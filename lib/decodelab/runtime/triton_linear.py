@@ -8,8 +8,10 @@ W over many programs, streams K in chunks, and can compute SwiGLU's silu(gate) *
 from the (1, 2f) gate/up vector, so the down projection needs no separate activation kernel.
 
 ``LinearPlan`` times each candidate (cuBLAS and a few tile shapes) once per weight shape on
-the device and keeps the fastest, so a shape where cuBLAS wins stays on cuBLAS. Decisions are
-made at model construction, before any graph capture, and never change afterwards.
+the device — device time inside a CUDA graph, cycling over weight copies larger than the L2
+cache, i.e. as the captured step runs it — and keeps the fastest, so a shape where cuBLAS wins
+stays on cuBLAS. Decisions are made at model construction, before any graph capture, and never
+change afterwards.
 """
 
 from __future__ import annotations
@@ -19,8 +21,14 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-# (BLOCK_N, BLOCK_K, num_warps) candidates; cuBLAS is always a candidate too.
-TILES = ((8, 512, 4), (16, 256, 4), (4, 1024, 4), (16, 512, 8), (32, 256, 8))
+# (BLOCK_N, BLOCK_K, num_warps) candidates; cuBLAS is always a candidate too. Wide K chunks
+# put a whole row block's bytes in flight in one load (a batch-1 matmul is latency-bound per
+# program); narrow ones give more iterations to overlap.
+TILES = ((8, 512, 4), (16, 256, 4), (4, 1024, 4), (4, 2048, 4), (2, 2048, 4), (8, 2048, 8),
+         (2, 4096, 8), (1, 8192, 8))
+# Bytes of weight copies cycled through while timing, so timed calls stream from HBM as in a
+# real step instead of hitting the L2 cache.
+TIMING_BYTES = 512 << 20
 
 
 @triton.jit
@@ -70,16 +78,25 @@ def _cublas(x: torch.Tensor, w: torch.Tensor, swiglu: bool) -> torch.Tensor:
     return F.linear(_silu_mul(x) if swiglu else x, w)
 
 
-def _time_us(fn, reps: int = 20) -> float:
-    for _ in range(3):
-        fn()
+def _time_us(fn, n_weights: int, reps: int = 3) -> float:
+    """Device time per call of ``fn(i)`` (i cycles over ``n_weights`` weight copies), from
+    CUDA-graph replays so host launch cost is not counted, as in the captured decode step."""
+    calls = max(n_weights, 16)
+    for i in range(n_weights):
+        fn(i)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            fn(i % n_weights)
+    graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(reps):
-        fn()
+        graph.replay()
     end.record()
     end.synchronize()
-    return start.elapsed_time(end) * 1e3 / reps
+    return start.elapsed_time(end) * 1e3 / (reps * calls)
 
 
 class LinearPlan:
@@ -97,7 +114,9 @@ class LinearPlan:
         width = w.shape[1] * (2 if swiglu else 1)
         x = torch.randn((1, width), dtype=w.dtype, device=w.device)
         ref = _cublas(x, w, swiglu)
-        times = {"cublas": _time_us(lambda: _cublas(x, w, swiglu))}
+        nbytes = w.numel() * w.element_size()
+        ws = [w] + [w.clone() for _ in range(max(0, min(32, TIMING_BYTES // nbytes) - 1))]
+        times = {"cublas": _time_us(lambda i: _cublas(x, ws[i], swiglu), len(ws))}
         best, best_us = None, times["cublas"]
         for tile in TILES:
             if tile[1] > triton.next_power_of_2(w.shape[1]):
@@ -106,11 +125,13 @@ class LinearPlan:
             err = float((out.float() - ref.float()).abs().max() / ref.float().abs().max())
             if err > 2e-2:  # a wrong kernel never wins on speed
                 raise AssertionError(f"gemv {tile} on {tuple(w.shape)}: rel err {err:.3g}")
-            us = _time_us(lambda tile=tile: gemv(x, w, tile, swiglu=swiglu))
+            us = _time_us(lambda i, tile=tile: gemv(x, ws[i], tile, swiglu=swiglu), len(ws))
             times[f"gemv_{tile[0]}x{tile[1]}w{tile[2]}"] = us
             if us < best_us:
                 best, best_us = tile, us
         self.choice[key], self.timings[key] = best, times
+        ws.clear()  # give the timing copies back
+        torch.cuda.empty_cache()
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor, swiglu: bool = False) -> torch.Tensor:
         tile = self.choice.get((*w.shape, swiglu)) if x.shape[0] == 1 else None
