@@ -157,15 +157,20 @@ if "runtime_sampler" in tables:
 #
 # Requests arrive at random (exponential gaps), with prompts and output lengths drawn from a
 # range and mixed sampling parameters. Time to first token includes the wait for admission
-# and the prefill; time per output token is the steady decode rate each request saw.
+# and the prefill; time per output token is the steady decode rate each request saw. Every
+# tenth request fails in one of the three ways of the demo above, and two malformed requests
+# are rejected: the counts by class are the engine's own error metrics.
 
 # %%
 if "runtime_requests" in tables:
     fig = figs.workload_latency(tables["runtime_requests"])
     plots.save(fig, "runtime_workload")
     req = tables["runtime_requests"]
-    display(req.groupby("origin")[["ttft_ms", "tpot_ms", "throughput_tok_s"]]
+    display(req.groupby(["origin", "status"])[["ttft_ms", "tpot_ms", "throughput_tok_s"]]
             .median().round(2))
+if "runtime_errors" in tables:
+    display(tables["runtime_errors"].pivot_table(index=["kind", "name"], columns="origin",
+                                                 values="count"))
 
 # %% [markdown]
 # ## What is guaranteed about determinism

@@ -115,6 +115,18 @@ def test_partial_selection_equals_full_sort():
     assert torch.equal(full, part)
 
 
+def test_partial_selection_equals_full_sort_with_ties():
+    """bf16-rounded logits tie often; both paths order ties by token id."""
+    g = torch.Generator().manual_seed(5)
+    logits = (torch.randn(200, 4000, generator=g) * 2).to(torch.bfloat16).float()
+    logits[:, 10:74] = logits.max(dim=1, keepdim=True).values  # 64 exact ties at the top
+    rows = [(1.0, 50, 0.95, 0.0, 1, 0, 0), (1.5, 100, 1.0, 0.0, 1, 0, 0)]
+    params = params_for(rows, 100)
+    full, _ = sample(logits, params, SamplerMode(False, False, 0))
+    part, _ = sample(logits, params, SamplerMode(False, False, 128))
+    assert torch.equal(full, part)
+
+
 def test_a_row_does_not_depend_on_its_batch():
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(40, 3000, generator=g)
@@ -149,5 +161,6 @@ def test_row_uniforms_are_a_pure_function_in_the_open_interval():
 def test_choose_mode():
     assert choose_mode([True, True], [0, 0], [False, False], 100).all_greedy
     assert choose_mode([False, True], [20, 0], [False, False], 1000).k_cand == 32
+    assert choose_mode([False], [32], [False], 1000).k_cand == 64
     assert choose_mode([False, False], [20, 0], [False, False], 1000).k_cand == 0
     assert choose_mode([False], [2000], [True], 5000, max_partial=1024).k_cand == 0

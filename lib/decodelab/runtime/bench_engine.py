@@ -15,8 +15,11 @@ Tables:
   back (captured in a CUDA graph, replayed); ``issued_us``: CUDA-event time when issued op by
   op (the host's launch rate can stretch it); ``host_us``: host time to issue it.
 - ``runtime_batch``: engine vs bare forward step at several batch sizes (host overhead).
-- ``runtime_requests``: a Poisson-arrival workload: per-request TTFT, TPOT, tokens; the
-  workload's throughput is in every row.
+- ``runtime_requests``: a Poisson-arrival workload: per-request status, reason, TTFT, TPOT,
+  tokens; the workload's throughput is in every row. Every tenth request fails in one way
+  (its callback raises, it is aborted, its logits turn non-finite) and two malformed ones
+  are rejected at admission.
+- ``runtime_errors``: that workload's outcomes and errors by class (counts).
 
 Validated before timing: the engine's greedy tokens with graphs equal those of the eager
 engine on a full bucket, and partial selection samples the same tokens as the full sort.
@@ -25,6 +28,7 @@ engine on a full bucket, and partial selection samples the same tokens as the fu
 from __future__ import annotations
 
 import time
+import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -125,27 +129,45 @@ def bench(profile: str, out_dir: Path) -> list[Path]:
     rows = [runs.runtime_row("bare_forward", cfg.batch, bare, bare, mixed_sampler_s)]
     step_rows = []
     for name, ecfg in variants.items():
-        res = runs.time_engine(model, graphs, ecfg, cfg.batch, cfg)
-        rows.append(runs.runtime_row(name, cfg.batch, res, bare, mixed_sampler_s))
-        if name == "engine":
-            step_rows += runs.step_rows(res.records, name)
-    res = runs.time_engine(model, graphs, replace(base, sync_phases=True), cfg.batch, cfg)
-    step_rows += runs.step_rows(res.records, "engine_sync_phases")
+        res = _optional(name, lambda ecfg=ecfg: runs.time_engine(model, graphs, ecfg, cfg.batch,
+                                                                  cfg), required=name == "engine")
+        if res is not None:
+            rows.append(runs.runtime_row(name, cfg.batch, res, bare, mixed_sampler_s))
+            if name == "engine":
+                step_rows += runs.step_rows(res.records, name)
+    res = _optional("sync_phases", lambda: runs.time_engine(
+        model, graphs, replace(base, sync_phases=True), cfg.batch, cfg))
+    if res is not None:
+        step_rows += runs.step_rows(res.records, "engine_sync_phases")
 
-    batch_rows = []
-    for b in cfg.batches:
+    def sweep():
         ctx = cfg.prompt_len + cfg.steady_steps // 2
-        bare_b = runs.time_bare_forward(model, graphs, b, ctx, cfg)
-        eng_b = runs.time_engine(model, graphs, base, b, cfg)
-        batch_rows.append(runs.batch_row(b, eng_b, bare_b))
+        return [runs.batch_row(b, runs.time_engine(model, graphs, base, b, cfg),
+                               runs.time_bare_forward(model, graphs, b, ctx, cfg))
+                for b in cfg.batches]
 
-    request_rows = runs.poisson_workload(model, graphs, base, cfg)
+    batch_rows = _optional("batch sweep", sweep) or []
+    request_rows, error_rows = _optional(
+        "workload", lambda: runs.poisson_workload(model, graphs, base, cfg)) or ([], [])
     extra = dict(model=cfg.model, dtype=cfg.dtype, block_size=cfg.block_size,
                  graph_tokens_agree=agreement, bench_s=round(time.perf_counter() - t_start, 1))
-    for table in (rows, step_rows, sampler_rows, batch_rows, request_rows):
+    for table in (rows, step_rows, sampler_rows, batch_rows, request_rows, error_rows):
         for r in table:
             r.update(extra)
+    tables = (("runtime", rows), ("runtime_steps", step_rows), ("runtime_sampler", sampler_rows),
+              ("runtime_batch", batch_rows), ("runtime_requests", request_rows),
+              ("runtime_errors", error_rows))
     return [write_table(name, table, out_dir=out_dir, config=cfg, profile=profile)
-            for name, table in (("runtime", rows), ("runtime_steps", step_rows),
-                                ("runtime_sampler", sampler_rows), ("runtime_batch", batch_rows),
-                                ("runtime_requests", request_rows))]
+            for name, table in tables if table]
+
+
+def _optional(name: str, fn, *, required: bool = False):
+    """Run one measurement; a failure of a secondary one is reported and skipped so that the
+    main comparison is still written (validation failures are raised before any of these)."""
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001
+        if required:
+            raise
+        print(f"[bench] runtime: {name} FAILED, skipped:\n{traceback.format_exc()}", flush=True)
+        return None

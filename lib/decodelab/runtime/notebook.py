@@ -15,7 +15,8 @@ import pandas as pd
 from decodelab.profiles import PROFILES
 from decodelab.validate import ConfigError, check_choice
 
-TABLES = ("runtime", "runtime_steps", "runtime_sampler", "runtime_batch", "runtime_requests")
+TABLES = ("runtime", "runtime_steps", "runtime_sampler", "runtime_batch", "runtime_requests",
+          "runtime_errors")
 
 
 @dataclass(frozen=True, slots=True)

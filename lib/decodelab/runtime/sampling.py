@@ -62,7 +62,9 @@ def choose_mode(greedy: list[bool], top_k: list[int], penalties: list[bool], voc
     all_greedy = not sampling_k
     k_cand = 0
     if sampling_k and min(sampling_k) > 0:
-        k = 1 << (max(sampling_k) - 1).bit_length()  # a few shapes, not one per top-k value
+        # a few shapes, not one per top-k value; strictly more candidates than any row keeps,
+        # so a tie at a row's k-th candidate is resolved inside the candidate set
+        k = 1 << max(sampling_k).bit_length()
         k_cand = min(k, vocab) if k <= max_partial else 0
     return SamplerMode(all_greedy, any(penalties), k_cand)
 
@@ -127,13 +129,25 @@ def sample(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
     greedy_tok = z.argmax(dim=-1)
     if mode.all_greedy:
         return greedy_tok.masked_fill_(bad, 0), bad
-    if mode.k_cand:
-        vals, idx = torch.topk(z, min(mode.k_cand, z.shape[-1]), dim=-1)  # (B, K) sorted
-    else:
-        vals, idx = torch.sort(z, dim=-1, descending=True)
+    vals, idx = candidates(z, mode.k_cand)
     tok = _draw(vals.float(), idx, p)
     tokens = torch.where(p.temperature > 0, tok, greedy_tok)
     return tokens.masked_fill_(bad, 0), bad
+
+
+def candidates(z: torch.Tensor, k_cand: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, token ids) (B, K) by value descending, ties by token id ascending.
+
+    The tie order is fixed so that partial selection and the full sort yield the same
+    candidates in the same order (bf16-rounded logits tie often): ``topk``'s order among
+    equal values is unspecified, so its few candidates are re-sorted (by id, then stably by
+    value)."""
+    if not k_cand:
+        return torch.sort(z, dim=-1, descending=True, stable=True)
+    vals, idx = torch.topk(z, min(k_cand, z.shape[-1]), dim=-1)
+    idx, perm = idx.sort(dim=-1)
+    vals, perm2 = vals.gather(1, perm).sort(dim=-1, descending=True, stable=True)
+    return vals, idx.gather(1, perm2)
 
 
 def _draw(vals: torch.Tensor, idx: torch.Tensor, p: RowParams) -> torch.Tensor:
