@@ -155,12 +155,13 @@ else:
 # ## The regime table, computed
 #
 # The dominant layer is the largest term of each regime, and the runner-up shows what an
-# optimisation of the dominant one would reveal next.
+# optimisation of the dominant one would reveal next. `check` flags a remainder that came out
+# negative: its sources (different runs or measurement windows) then over-explain the step.
 
 # %%
 def _regime_view(frame: pd.DataFrame) -> pd.DataFrame:
     view = frame[["regime", "step_us", "dominant", "dominant_share", "runner_up",
-                  "runner_up_share"]].copy()
+                  "runner_up_share", "check"]].copy()
     view["step_us"] = view["step_us"].map(fmt_us)
     for col in ("dominant_share", "runner_up_share"):
         view[col] = view[col].map(lambda v: f"{v:.0%}" if pd.notna(v) else "")

@@ -147,3 +147,17 @@ def test_figures():
     assert len(fig.axes) == 2
     plt.close(fig)
     plt.close(empty_figure("no data yet"))
+
+
+def test_inconsistent_sources_are_flagged_not_hidden():
+    frames = synthetic.tables()
+    frames["paged_model_kernels"]["us_per_step"] *= 2  # more kernel time than the device span
+    frames["dispatch"].loc[frames["dispatch"]["mode"] == "cuda_graph", "wall_us_per_step"] = 14.0
+    regimes, _ = decompose(Tables(frames, synthetic.ORIGIN))
+    by_name = {r.name: r for r in regimes}
+    transformer = {t.layer: t for t in by_name["transformer decode"].terms}
+    assert set(transformer) == {"replay", "compute"}
+    assert "exceeds the device span" in transformer["compute"].how
+    table = regime_table(regimes).set_index("regime")
+    assert table.loc["graph", "check"].startswith("negative remainder: replay")
+    assert table.loc["eager", "check"] == "ok"

@@ -197,9 +197,17 @@ def regime_table(regimes: Sequence[Regime]) -> pd.DataFrame:
                      "runner_up": runner.layer if runner else "",
                      "runner_up_share": (runner.us / r.step_us if runner and r.step_us > 0
                                          else math.nan),
-                     "source": r.source})
+                     "check": check(r), "source": r.source})
     return pd.DataFrame(rows, columns=["regime", "step_us", "step_low", "step_high", "dominant",
-                                       "dominant_share", "runner_up", "runner_up_share", "source"])
+                                       "dominant_share", "runner_up", "runner_up_share", "check",
+                                       "source"])
+
+
+def check(regime: Regime) -> str:
+    """"ok", or which remainder came out negative (its sources disagree: measured in different
+    runs or windows, they over-explain the step)."""
+    negative = [f"{t.layer} {fmt_us(t.us)} µs" for t in regime.terms if t.us < 0]
+    return "ok" if not negative else "negative remainder: " + ", ".join(negative)
 
 
 def regime_markdown(table: pd.DataFrame, origin: str) -> str:

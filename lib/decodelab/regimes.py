@@ -196,12 +196,16 @@ def _forward_terms(tables: Tables, batch: int, context: int) -> tuple[float, lis
                   "wall - device span (CUDA events): graph launch and input copies")]
     try:
         busy, ksrc = _kernel_busy(tables, batch, context)
-        terms += [Term("node", span - busy, NAN, NAN, f"{src}; {ksrc}",
-                       "device span - summed kernel time (gaps between kernels)"),
-                  Term("compute", busy, NAN, NAN, ksrc, "summed kernel time (profiler)")]
-    except MissingData:
-        terms.append(Term("compute", span, NAN, NAN, src,
-                          "device span (CUDA events; kernel boundaries included)"))
+    except MissingData as exc:
+        busy, why = NAN, str(exc)
+    if busy <= span:
+        return wall, [*terms, Term("node", span - busy, NAN, NAN, f"{src}; {ksrc}",
+                                   "device span - summed kernel time (gaps between kernels)"),
+                      Term("compute", busy, NAN, NAN, ksrc, "summed kernel time (profiler)")], src
+    if math.isfinite(busy):
+        why = f"its summed kernel time {busy:.4g} µs exceeds the device span"
+    terms.append(Term("compute", span, NAN, NAN, src,
+                      f"device span (CUDA events; kernel boundaries included: {why})"))
     return wall, terms, src
 
 
