@@ -166,7 +166,8 @@ def _regime_view(frame: pd.DataFrame) -> pd.DataFrame:
     for col in ("dominant_share", "runner_up_share"):
         view[col] = view[col].map(lambda v: f"{v:.0%}" if pd.notna(v) else "")
     return view.rename(columns={"step_us": "µs per step", "dominant_share": "share",
-                                "runner_up": "next layer", "runner_up_share": "its share"})
+                                "runner_up": "next layer", "runner_up_share": "its share"}
+                       ).set_index("regime")
 
 
 display(_regime_view(table) if not table.empty else Markdown("No regime has data yet."))
@@ -176,8 +177,10 @@ display(_regime_view(table) if not table.empty else Markdown("No regime has data
 
 # %%
 if not terms.empty:
-    display(terms.assign(**{c: terms[c].map(fmt_us) for c in ("us", "low", "high")},
-                         share=terms["share"].map("{:.1%}".format)))
+    with pd.option_context("display.max_colwidth", None):
+        display(terms.assign(**{c: terms[c].map(fmt_us) for c in ("us", "low", "high")},
+                             share=terms["share"].map("{:.1%}".format)
+                             ).set_index(["regime", "layer"]))
 
 # %% [markdown]
 # ## The seed study's claims against our measurements
@@ -191,7 +194,8 @@ seeds = seed_table(tables, regimes, params.headline)
 display(Markdown(f"Seed: {SEED_SOURCE}. A number agrees when ours is within a factor of "
                  f"{AGREE_FACTOR:g} of the seed's; a regime row agrees when our computed "
                  "dominant layer is one the seed names."))
-display(seeds.drop(columns=["our source"]))
+with pd.option_context("display.max_colwidth", None):
+    display(seeds.set_index("claim"))
 
 # %% [markdown]
 # ## What the data says

@@ -5,6 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import NullFormatter
 
 from decodelab.layers import LAYERS, fmt_us
 
@@ -41,6 +42,7 @@ def decomposition_figure(terms: pd.DataFrame, regimes: pd.DataFrame, title: str 
     colors = [LAYER_COLORS.get(d, "grey") for d in regimes["dominant"]]
     ax_t.barh(y, step, xerr=err, color=colors, height=0.6)
     ax_t.set_xscale("log")
+    ax_t.xaxis.set_minor_formatter(NullFormatter())  # decades only: short ranges stay legible
     ax_t.set_xlabel("µs per step (log)")
     for yi, (s, d) in enumerate(zip(step, regimes["dominant"], strict=True)):
         ax_t.annotate(f" {fmt_us(s)} µs · {d}", (s, yi), va="center", fontsize=8)
