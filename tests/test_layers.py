@@ -18,7 +18,7 @@ from decodelab.layers import (
 )
 from decodelab.plots.report import decomposition_figure, empty_figure
 from decodelab.results import write_table
-from decodelab.seed_claims import SEED_CLAIMS, agrees, seed_table
+from decodelab.seed_claims import SEED_CLAIMS, SEED_REGIMES, agrees, seed_table
 from decodelab.validate import ConfigError
 
 
@@ -94,7 +94,8 @@ def test_seed_table_rows_and_rule():
     tables = _tables()
     regimes, _ = decompose(tables)
     seeds = seed_table(tables, regimes).set_index("claim")
-    assert len(seeds) == len(SEED_CLAIMS) + 5
+    assert len(seeds) == len(SEED_CLAIMS) + len(SEED_REGIMES)
+    assert seeds.loc["dominant layer: persistent kernel (h256)", "agrees?"] == "yes"
     cpu = seeds.loc["host CPU per step, eager / CUDA graph"]
     assert cpu["we measured"] == "22x" and cpu["agrees?"] == "yes"
     assert seeds.loc["persistent kernel, hidden=256", "agrees?"] == "no"
