@@ -87,10 +87,10 @@ if frame is not None:
 # %% [markdown]
 # ## The seed's numbers, ours, and the targets
 #
-# The seed study ran on one SM75 GPU (a T4-class part: 40 SMs, lower clocks, 64 KB of shared
-# memory per block); these rows are an H200 (132 SMs, up to 227 KB of shared memory per block,
-# thread-block clusters). The comparison says how far the same idea goes on newer hardware; it
-# is not a like-for-like kernel comparison, since the seed's kernel is not reproduced here.
+# The seed study ran on one SM75 GPU (a T4-class part: fewer SMs, lower clocks, less shared
+# memory per block, no thread-block clusters); the reference rows here are an H200. The
+# comparison says how far the same idea goes on other hardware; it is not a like-for-like
+# kernel comparison, since the seed's kernel (and its exact toy step) is not reproduced here.
 
 # %%
 if frame is not None:

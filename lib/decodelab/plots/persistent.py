@@ -79,7 +79,6 @@ def regime_shift(frame: pd.DataFrame) -> plt.Figure:
                 label="graph replay, 1 step")
         ax.set_xticks(list(x), [f"H={h}\n{v}" for h, v in zip(best["hidden"], best["variant"],
                                                               strict=True)])
-    ax.set_yscale("log")
     ax.set_ylabel("µs / step")
     ax.set_title("Where a step's time goes (fastest variant per H)" + _origin_suffix(rows))
     ax.legend(fontsize="small")
