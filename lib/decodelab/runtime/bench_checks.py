@@ -202,14 +202,15 @@ def _generate_s(hf, ids, n: int, static: bool) -> float:
 def hf_rows(hf, config: ModelConfig, cfg, row_fn, step_bytes, bw: float, err: float
             ) -> list[dict]:
     """transformers' generate, default and static cache: decode-only time per token."""
-    context, n, rows = cfg.contexts[0], cfg.hf_new_tokens, []
+    context, n, reps, rows = cfg.contexts[0], cfg.hf_new_tokens, max(3, cfg.repeats // 2), []
     for batch in cfg.hf_batches:
         ids = torch.randint(0, config.vocab_size, (batch, context - 1), device=hf.device)
         for static in (False, True):
             _generate_s(hf, ids, 2, static)  # warm-up
-            per_token = [(_generate_s(hf, ids, n, static) - _generate_s(hf, ids, 1, static))
-                         / (n - 1) for _ in range(3)]
+            # Medians of each length first, then the difference: robust to one slow call.
+            t_n = statistics.median(_generate_s(hf, ids, n, static) for _ in range(reps))
+            t_1 = statistics.median(_generate_s(hf, ids, 1, static) for _ in range(reps))
             rows.append(row_fn("hf_static" if static else "hf_dynamic", batch, context,
-                               statistics.median(per_token), float("nan"), float("nan"),
+                               (t_n - t_1) / (n - 1), float("nan"), float("nan"),
                                step_bytes(batch, context), bw, max_rel_err=err))
     return rows

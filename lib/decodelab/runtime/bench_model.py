@@ -64,9 +64,9 @@ class PagedModelBenchConfig:
                        hf_batches=(1, 8), hf_new_tokens=17)
         if profile == "smoke":
             return cls(profile, "tiny", "float32", (1, 4), (32,), hf_batches=(1,),
-                       hf_new_tokens=3, warmup=1, repeats=2, inner=2)
+                       hf_new_tokens=9, warmup=1, repeats=2, inner=2)
         return cls(profile, "tiny", "float32", (1, 8), (64, 256), hf_batches=(1,),
-                   hf_new_tokens=9, repeats=5, inner=5)
+                   hf_new_tokens=33, repeats=7, inner=5)
 
     @property
     def timing(self) -> TimingConfig:
@@ -141,6 +141,20 @@ def _time_ours(model: PagedLlama, graphs, cfg: PagedModelBenchConfig, step_bytes
 def bench(profile: str, out_dir: Path) -> list[Path]:
     cfg = PagedModelBenchConfig.for_profile(profile)
     dev = torch.device("cuda" if cfg.profile == "gpu" and has_cuda() else "cpu")
+    if dev.type == "cuda":
+        return _bench(cfg, dev, out_dir)
+    # A tiny model's CPU step is a few hundred small ops: one thread, both for us and for
+    # transformers, avoids thread-pool wake-ups that dominate (and scatter) such steps.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _bench(cfg, dev, out_dir)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list[Path]:
+    profile = cfg.profile
     dtype = getattr(torch, cfg.dtype)
     mcfg = named_config(cfg.model)
     t_start = time.perf_counter()

@@ -20,6 +20,8 @@ Interface (stable; the runtime engine builds on exactly this):
 SwiGLU product, paged decode attention and batch-1 matmuls where they beat cuBLAS
 (``triton_ops``, ``triton_attention``, ``triton_linear``); ``"torch"`` is the plain reference
 the tests compare with ``transformers``. Prefill's RoPE, cache write and attention are torch.
+Constructing a "triton" model times each batch-1 matmul candidate on the device once (seconds,
+Triton compilation included); the choice is fixed before any graph is captured.
 """
 
 from __future__ import annotations
