@@ -135,3 +135,24 @@ def test_padding_rows_write_nothing_and_change_no_other_row(setup):
     model.cache.v.copy_(before_v)
     alone = model.decode(ids[:1], pos[:1], slots[:1], bt[:1], lens[:1])
     assert rel_err(padded[:1], alone) < 1e-6
+
+
+def test_qwen2_style_checkpoint_with_qkv_bias(tmp_path):
+    """Qwen2 = the Llama layout plus biases on q, k and v: loads from its folder and matches."""
+    config = named_config("tiny", attention_bias=True, rope_scaling=None, rope_theta=10000.0,
+                          tie_word_embeddings=False)
+    sd = random_state_dict(config, seed=2)
+    hf = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**config.to_hf_dict(),
+                                                                 use_sliding_window=False))
+    missing, unexpected = hf.load_state_dict(sd, strict=False)
+    assert not missing and not unexpected
+    hf.eval().save_pretrained(tmp_path)
+    loaded_config, weights = load_checkpoint(tmp_path)
+    assert loaded_config.attention_bias
+    model = PagedLlama(loaded_config, weights, PagedKVCache(loaded_config, 96, 4))
+    tokens, logits = greedy_generate(model, PROMPTS[:1], 8)
+    out = hf.generate(torch.tensor(PROMPTS[:1]), max_new_tokens=8, min_new_tokens=8,
+                      do_sample=False, output_logits=True, return_dict_in_generate=True,
+                      pad_token_id=0)
+    assert tokens[0] == out.sequences[0, len(PROMPTS[0]):].tolist()
+    assert rel_err(logits[0], torch.stack([s[0] for s in out.logits])) < LOGIT_RTOL

@@ -150,7 +150,8 @@ class ModelConfig:
         return cls.from_hf_dict(json.loads(path.read_text()), name=path.parent.name)
 
     def to_hf_dict(self) -> dict[str, Any]:
-        """The same shape as a ``transformers`` LlamaConfig keyword dict."""
+        """The same shape as ``transformers`` config keywords: LlamaConfig's, or Qwen2Config's
+        when ``attention_bias`` (Llama's own attention_bias would also bias o_proj)."""
         rope: dict[str, Any] = {"rope_type": "default", "rope_theta": self.rope_theta}
         if self.rope_scaling is not None:
             s = self.rope_scaling
