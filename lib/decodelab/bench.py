@@ -7,6 +7,7 @@ validates before timing, and writes its result tables (with metadata) under ``ou
 from __future__ import annotations
 
 import importlib
+import subprocess
 import sys
 import time
 import traceback
@@ -28,23 +29,64 @@ def run_phase(phase: str, profile: str, out_dir: Path) -> list[Path]:
     return module.bench(profile, out_dir)
 
 
-def run_all(phases: list[str], profile: str, out_dir: Path) -> int:
-    """Run each phase; a failing phase is reported and the rest still run. Returns exit code."""
-    failed = []
+def run_all(phases: list[str], profile: str, out_dir: Path, *, isolate: bool = True) -> int:
+    """Run each phase; a failing phase is reported and the rest still run. Returns exit code.
+
+    With ``isolate`` (the default for more than one phase) every phase runs in a fresh Python
+    process: a profiler attached by one phase (CUPTI stays attached and slows later launches),
+    compiled-graph caches or a fragmented allocator must not change the next phase's numbers.
+    """
+    failed, skipped = [], []
+    isolate = isolate and len(phases) > 1
     for phase in phases:
         t0 = time.perf_counter()
         print(f"[bench] {phase}: starting (profile={profile}, out={out_dir})", flush=True)
-        try:
-            written = run_phase(phase, profile, out_dir)
-        except Exception:  # noqa: BLE001 - one broken phase must not lose the others' results
-            traceback.print_exc()
+        if isolate:
+            cmd = [sys.executable, "-m", "decodelab", "bench", phase, "--profile", profile,
+                   "--out", str(out_dir), "--quiet"]
+            code = subprocess.run(cmd, check=False).returncode
+        else:
+            code = _run_in_process(phase, profile, out_dir)
+        if code == 2 and not _has_cuda():  # a GPU-only phase refused on a CPU machine
+            skipped.append(phase)
+            state = "skipped (needs a CUDA GPU)"
+        elif code != 0:
             failed.append(phase)
-            print(f"[bench] {phase}: FAILED after {time.perf_counter() - t0:.1f} s", flush=True)
-            continue
-        for path in written:
-            print(f"[bench] {phase}: wrote {path}", flush=True)
-        print(f"[bench] {phase}: done in {time.perf_counter() - t0:.1f} s", flush=True)
+            state = "FAILED"
+        else:
+            state = "done"
+        print(f"[bench] {phase}: {state} in {time.perf_counter() - t0:.1f} s", flush=True)
+    if skipped:
+        print(f"[bench] skipped phases: {', '.join(skipped)}")
     if failed:
         print(f"[bench] failed phases: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _run_in_process(phase: str, profile: str, out_dir: Path) -> int:
+    """0 on success, 2 when the phase refused its input (ConfigError), 1 on any other error."""
+    from decodelab.validate import ConfigError
+
+    try:
+        written = run_phase(phase, profile, out_dir)
+    except ConfigError as exc:
+        print(f"[bench] {phase}: refused: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except Exception:  # noqa: BLE001 - one broken phase must not lose the others' results
+        traceback.print_exc()
+        return 1
+    for path in written:
+        print(f"[bench] {phase}: wrote {path}", flush=True)
+    return 0
+
+
+def run_phase_quietly(phase: str, profile: str, out_dir: Path) -> int:
+    """One phase in this process, exit code as :func:`_run_in_process` (a child of run_all)."""
+    return _run_in_process(phase, profile, out_dir)

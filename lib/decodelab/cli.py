@@ -52,7 +52,7 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from decodelab.bench import PHASES, run_all
+    from decodelab.bench import PHASES, run_all, run_phase_quietly
 
     profile = _check_profile(args.profile)
     phases = list(PHASES) if args.phase == "all" else [args.phase]
@@ -60,6 +60,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         if phase not in PHASES:
             raise ConfigError(f"unknown phase {phase!r}; allowed: all, {', '.join(PHASES)}")
     out = Path(args.out) if args.out else paths.local_dir()
+    if args.quiet:  # one phase inside `bench all`: the parent reports start and end
+        return run_phase_quietly(phases[0], profile, out)
     return run_all(phases, profile, out)
 
 
@@ -113,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("phase", help="a phase name or 'all'")
     p.add_argument("--profile", help=f"one of {', '.join(PROFILES)} (default: from hardware)")
     p.add_argument("--out", help="output folder (default: data/local)")
+    p.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=_cmd_bench)
     p = sub.add_parser("run", help="run one notebook through papermill")
     p.add_argument("notebook", help="e.g. 00_environment, 00 or environment")
