@@ -34,6 +34,7 @@ def test_bench_rows_are_sane(tables):
     assert (req["status"] == "finished").sum() >= len(req) // 2 and req["ttft_ms"].notna().all()
     errors = tables["runtime_errors"].set_index("name")
     assert errors.loc["invalid_request", "count"] == 2
+    assert "step_error" not in errors.index  # injected faults stay inside their request
 
 
 def test_every_figure_renders(tables):

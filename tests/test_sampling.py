@@ -12,6 +12,7 @@ from decodelab.runtime.sampling import (
     RowParams,
     SamplerMode,
     choose_mode,
+    device_top_k,
     row_uniforms,
     sample,
 )
@@ -56,7 +57,8 @@ def params_for(rows, n_rep: int, counter0: int = 0) -> RowParams:
     f = lambda i: torch.tensor(r[:, i], dtype=torch.float32)  # noqa: E731
     seeds = np.repeat(np.arange(len(rows)) * 7919 + 11, n_rep)
     counters = np.tile(np.arange(n_rep), len(rows)) + counter0
-    return RowParams(temperature=f(0), top_k=torch.tensor(r[:, 1], dtype=torch.int64), top_p=f(2),
+    return RowParams(temperature=f(0), top_k=torch.tensor([device_top_k(int(k)) for k in r[:, 1]]),
+                     top_p=f(2),
                      min_p=f(3), repetition=f(4), presence=f(5), frequency=f(6),
                      uniform=torch.from_numpy(row_uniforms(seeds, counters)),
                      slot=torch.from_numpy(np.repeat(np.arange(len(rows)), n_rep)))

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from decodelab.runtime.requests import Sequence
-from decodelab.runtime.sampling import RowParams, row_uniforms
+from decodelab.runtime.sampling import NO_TOP_K, RowParams, device_top_k, row_uniforms
 
 INT_FIELDS = ("slot", "position", "slot_mapping", "context_len", "top_k")
 FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition", "presence", "frequency", "uniform")
@@ -44,7 +44,8 @@ def prefill_params(rows: list[Sequence], device: torch.device) -> RowParams:
                    s.params.repetition_penalty, s.params.presence_penalty,
                    s.params.frequency_penalty) for s in rows], dtype=np.float32).T
     u = row_uniforms(np.array([s.seed for s in rows]), np.array([s.launched for s in rows]))
-    ints = torch.tensor([[s.params.top_k for s in rows], [s.slot for s in rows]], device=device)
+    ints = torch.tensor([[device_top_k(s.params.top_k) for s in rows], [s.slot for s in rows]],
+                        device=device)
     ft = torch.from_numpy(np.concatenate([f, u[None, :]])).to(device)
     return RowParams(temperature=ft[0], top_k=ints[0], top_p=ft[1], min_p=ft[2],
                      repetition=ft[3], presence=ft[4], frequency=ft[5], uniform=ft[6],
@@ -80,7 +81,8 @@ class StaticBatch:
         n = num_slots + 1
         self.slot_f = np.zeros((n, 6), dtype=np.float32)  # temperature .. frequency
         self.slot_f[self.spare_slot] = (0.0, 1.0, 0.0, 1.0, 0.0, 0.0)
-        self.slot_topk = np.zeros(n, dtype=np.int64)
+        self.slot_topk = np.zeros(n, dtype=np.int64)  # 0 = off (for choose_mode)
+        self.slot_keff = np.full(n, NO_TOP_K, dtype=np.int64)  # what the device reads
         self.slot_seed = np.zeros(n, dtype=np.int64)
         self.slot_pen = np.zeros(n, dtype=bool)
         self.slot_bt = np.full((n, max_blocks), scratch_block, dtype=np.int32)
@@ -91,8 +93,8 @@ class StaticBatch:
         p, k = seq.params, seq.slot
         self.slot_f[k] = (p.temperature, p.top_p, p.min_p, p.repetition_penalty,
                           p.presence_penalty, p.frequency_penalty)
-        self.slot_topk[k], self.slot_seed[k], self.slot_pen[k] = p.top_k, seq.seed, \
-            p.uses_penalties
+        self.slot_topk[k], self.slot_keff[k] = p.top_k, device_top_k(p.top_k)
+        self.slot_seed[k], self.slot_pen[k] = seq.seed, p.uses_penalties
         self.slot_bt[k] = self.scratch_block
         self.set_blocks(seq, 0)
 
@@ -121,7 +123,7 @@ class StaticBatch:
         mapping = bt[np.arange(bucket), pos // bs].astype(np.int64) * bs + pos % bs
         mapping[n:] = -1  # padding rows write nothing
         hi[0, :bucket], hi[1, :bucket], hi[2, :bucket] = slots, pos, mapping
-        hi[3, :bucket], hi[4, :bucket] = pos + 1, self.slot_topk[slots]
+        hi[3, :bucket], hi[4, :bucket] = pos + 1, self.slot_keff[slots]
         hf[:6, :bucket] = self.slot_f[slots].T
         hf[6, :bucket] = row_uniforms(self.slot_seed[slots], launched)
         hbt[:bucket] = bt

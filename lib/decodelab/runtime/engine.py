@@ -136,6 +136,7 @@ class Engine:
         return n
 
     # ------------------------------------------------------------------ the loop
+    @torch.inference_mode()
     def step(self) -> None:
         t_start = time.perf_counter()
         if self._t_last_step is not None and self.metrics.steps:

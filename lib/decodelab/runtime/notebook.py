@@ -58,8 +58,6 @@ def demo() -> tuple[pd.DataFrame, list[str], dict[str, int]]:
 
     Returns (one row per request: status, reason, tokens, error; the admission errors;
     the block pool's state at the end)."""
-    import torch
-
     from decodelab.runtime.cache import PagedKVCache
     from decodelab.runtime.config import named_config
     from decodelab.runtime.engine import Engine
@@ -103,8 +101,7 @@ def demo() -> tuple[pd.DataFrame, list[str], dict[str, int]]:
     handles = [eng.submit(Request(name, (1, 2, 3, 4 + i), SamplingParams(
         **kw, seed=i, max_new_tokens=10), on_token=callbacks.get(name)))
         for i, (name, kw) in enumerate(specs.items())]
-    with torch.inference_mode():
-        eng.run()
+    eng.run()
     rows = pd.DataFrame([dict(request=h.request_id, status=h.status.value,
                               reason=h.finish_reason, tokens=len(h.tokens), error=h.error)
                          for h in handles])

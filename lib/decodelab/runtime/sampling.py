@@ -7,7 +7,7 @@ logit, so one cumulative sum of ``exp(logit - max)`` serves them all and the dra
     e_j   = exp((z_j - z_0) / T)              candidates sorted, z_0 the row maximum
     c_j   = e_0 + ... + e_j                   (one cumsum; prefix values do not depend on how
                                                many candidates follow, i.e. on the batch mix)
-    keep  = j < top_k  and  c_j - e_j < top_p * c_{k-1}  and  e_j >= min_p
+    keep  = j < top_k  and  c_{j-1} < top_p * c_{k-1}  and  e_j >= min_p   (a prefix)
     token = candidate[#{j < n_keep : c_j < u * c_{n_keep-1}}]
 
 The uniform ``u`` of a row is a counter-based hash of (request seed, index of the token in the
@@ -69,12 +69,19 @@ def choose_mode(greedy: list[bool], top_k: list[int], penalties: list[bool], voc
     return SamplerMode(all_greedy, any(penalties), k_cand)
 
 
+NO_TOP_K = 1 << 31  # the device-side top-k of a row without one: more than any vocabulary
+
+
+def device_top_k(top_k: int) -> int:
+    return top_k if top_k > 0 else NO_TOP_K
+
+
 @dataclass(slots=True)
 class RowParams:
     """Per-row sampling inputs on the device, (B,) each (views of the engine's static buffers)."""
 
     temperature: torch.Tensor  # float32; 0 = greedy
-    top_k: torch.Tensor  # int64; 0 = off
+    top_k: torch.Tensor  # int64; rows without a top-k hold NO_TOP_K (clamped to the candidates)
     top_p: torch.Tensor  # float32
     min_p: torch.Tensor  # float32
     repetition: torch.Tensor  # float32
@@ -121,12 +128,13 @@ def apply_penalties(z: torch.Tensor, p: RowParams, state: PenaltyState) -> torch
 
 def sample(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
            penalties: PenaltyState | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits (B, V) -> (tokens (B,) int64, bad (B,) bool: a non-finite logit in the row)."""
-    bad = ~torch.isfinite(logits.sum(dim=-1, dtype=torch.float32))
+    """logits (B, V) -> (tokens (B,) int64, bad (B,) bool: the row's maximum is not finite,
+    i.e. it holds a NaN or +inf, or nothing but -inf)."""
     z = logits
     if mode.penalties and penalties is not None:
         z = apply_penalties(z.float(), p, penalties)
-    greedy_tok = z.argmax(dim=-1)
+    top, greedy_tok = z.max(dim=-1)  # NaN propagates into the maximum; first index on ties
+    bad = ~torch.isfinite(top)
     if mode.all_greedy:
         return greedy_tok.masked_fill_(bad, 0), bad
     vals, idx = candidates(z, mode.k_cand)
@@ -151,19 +159,21 @@ def candidates(z: torch.Tensor, k_cand: int) -> tuple[torch.Tensor, torch.Tensor
 
 
 def _draw(vals: torch.Tensor, idx: torch.Tensor, p: RowParams) -> torch.Tensor:
-    """vals/idx (B, K) sorted descending -> one token per row (see the module docstring)."""
+    """vals/idx (B, K) sorted descending -> one token per row (see the module docstring).
+
+    Every filter keeps a prefix, so each is a count and the kept prefix is their minimum:
+    positions past top-k have c_{j-1} >= c_{k-1}, so the top-p count never reaches them,
+    and e_0 == 1 keeps at least the first candidate in both counts. Few, fused-friendly ops:
+    this runs on the critical path of every step."""
     n_cand = vals.shape[1]
-    inv_t = torch.where(p.temperature > 0, p.temperature, 1.0).reciprocal()[:, None]
+    inv_t = torch.where(p.temperature > 0, p.temperature, 1.0).reciprocal_()[:, None]
     e = torch.exp((vals - vals[:, :1]) * inv_t)  # (B, K), e[:, 0] == 1
-    k_eff = torch.where(p.top_k > 0, p.top_k.clamp(max=n_cand), n_cand)  # (B,)
-    pos = torch.arange(n_cand, device=vals.device)
-    keep_k = pos[None, :] < k_eff[:, None]
-    e = e.masked_fill(~keep_k, 0.0)
     c = e.cumsum(dim=-1)
-    total_k = c.gather(1, (k_eff - 1)[:, None])  # (B, 1) mass after top-k
-    keep = keep_k & ((c - e) < p.top_p[:, None] * total_k) & (e >= p.min_p[:, None])
-    n_keep = keep.sum(dim=-1).clamp(min=1)  # the first candidate always stays
-    total = c.gather(1, (n_keep - 1)[:, None])
-    choice = (c < p.uniform[:, None] * total).sum(dim=-1)
-    choice = torch.minimum(choice, n_keep - 1)
-    return idx.gather(1, choice[:, None]).squeeze(1)
+    before = torch.nn.functional.pad(c[:, :-1], (1, 0))  # c_{j-1}, exact (c_j - e_j rounds)
+    total_k = c.gather(1, p.top_k.clamp(max=n_cand)[:, None] - 1)  # (B, 1) mass of the top-k
+    n_p = (before < p.top_p[:, None] * total_k).sum(dim=-1)
+    n_m = (e >= p.min_p[:, None]).sum(dim=-1)
+    # (B, 1) last kept candidate; clamped so a NaN row (counts 0) still indexes in range
+    last = torch.minimum(n_p, n_m).clamp_(min=1)[:, None] - 1
+    choice = (c < p.uniform[:, None] * c.gather(1, last)).sum(dim=-1, keepdim=True)
+    return idx.gather(1, torch.minimum(choice, last)).squeeze(1)
