@@ -19,7 +19,14 @@ import numpy as np
 import torch
 
 from decodelab.runtime.requests import Sequence
-from decodelab.runtime.sampling import NO_TOP_K, RowParams, device_top_k, row_uniforms
+from decodelab.runtime.sampling import (
+    NO_TOP_K,
+    RowParams,
+    device_top_k,
+    key_uniforms,
+    row_uniforms,
+    seed_keys,
+)
 
 INT_FIELDS = ("slot", "position", "slot_mapping", "context_len", "top_k")
 FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition", "presence", "frequency", "uniform")
@@ -83,7 +90,7 @@ class StaticBatch:
         self.slot_f[self.spare_slot] = (0.0, 1.0, 0.0, 1.0, 0.0, 0.0)
         self.slot_topk = np.zeros(n, dtype=np.int64)  # 0 = off (for choose_mode)
         self.slot_keff = np.full(n, NO_TOP_K, dtype=np.int64)  # what the device reads
-        self.slot_seed = np.zeros(n, dtype=np.int64)
+        self.slot_key = np.zeros(n, dtype=np.uint64)  # seed_keys of the slot's request seed
         self.slot_pen = np.zeros(n, dtype=bool)
         self.slot_bt = np.full((n, max_blocks), scratch_block, dtype=np.int32)
         self._flip = 0
@@ -94,7 +101,7 @@ class StaticBatch:
         self.slot_f[k] = (p.temperature, p.top_p, p.min_p, p.repetition_penalty,
                           p.presence_penalty, p.frequency_penalty)
         self.slot_topk[k], self.slot_keff[k] = p.top_k, device_top_k(p.top_k)
-        self.slot_seed[k], self.slot_pen[k] = seq.seed, p.uses_penalties
+        self.slot_key[k], self.slot_pen[k] = seed_keys(np.array([seq.seed]))[0], p.uses_penalties
         self.slot_bt[k] = self.scratch_block
         self.set_blocks(seq, 0)
 
@@ -125,7 +132,7 @@ class StaticBatch:
         hi[0, :bucket], hi[1, :bucket], hi[2, :bucket] = slots, pos, mapping
         hi[3, :bucket], hi[4, :bucket] = pos + 1, self.slot_keff[slots]
         hf[:6, :bucket] = self.slot_f[slots].T
-        hf[6, :bucket] = row_uniforms(self.slot_seed[slots], launched)
+        hf[6, :bucket] = key_uniforms(self.slot_key[slots], launched)
         hbt[:bucket] = bt
         if static:
             # Whole mirrors: one contiguous pinned -> device copy each (a strided slice would

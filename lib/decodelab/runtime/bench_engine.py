@@ -83,7 +83,7 @@ class RuntimeBenchConfig:
 
     @property
     def max_model_len(self) -> int:
-        return max(self.prompt_len + self.steady_steps + 8,
+        return max(self.prompt_len + self.steady_steps + 48,
                    self.workload_prompt[1] + self.workload_output[1] + 8)
 
 
@@ -135,15 +135,20 @@ def bench(profile: str, out_dir: Path) -> list[Path]:
             rows.append(runs.runtime_row(name, cfg.batch, res, bare, mixed_sampler_s))
             if name == "engine":
                 step_rows += runs.step_rows(res.records, name)
+    eng = next(r for r in rows if r["variant"] == "engine")
+    print(f"[bench] runtime: batch {cfg.batch}: engine {eng['wall_us']:.0f} us/step vs bare "
+          f"forward {eng['wall_us'] / eng['ratio_to_bare']:.0f} us = {eng['ratio_to_bare']:.3f}x "
+          f"(target <= 1.10x); sampler {eng['sampler_device_us']:.0f} us = "
+          f"{eng['sampler_share']:.1%} of the step (target <= 3%)", flush=True)
     res = _optional("sync_phases", lambda: runs.time_engine(
-        model, graphs, replace(base, sync_phases=True), cfg.batch, cfg))
+        model, graphs, replace(base, sync_phases=True), cfg.batch, cfg, ops=False))
     if res is not None:
         step_rows += runs.step_rows(res.records, "engine_sync_phases")
 
     def sweep():
         ctx = cfg.prompt_len + cfg.steady_steps // 2
-        return [runs.batch_row(b, runs.time_engine(model, graphs, base, b, cfg),
-                               runs.time_bare_forward(model, graphs, b, ctx, cfg))
+        return [runs.batch_row(b, runs.time_engine(model, graphs, base, b, cfg, ops=False),
+                               runs.time_bare_forward(model, graphs, b, ctx, cfg, ops=False))
                 for b in cfg.batches]
 
     batch_rows = _optional("batch sweep", sweep) or []

@@ -72,7 +72,8 @@ def count_ops(fn, steps: int, dev: torch.device) -> tuple[float, float]:
         return NAN, NAN
 
 
-def time_engine(model, graphs, ecfg: EngineConfig, batch: int, cfg) -> RunResult:
+def time_engine(model, graphs, ecfg: EngineConfig, batch: int, cfg, *, ops: bool = True
+                ) -> RunResult:
     """Steady decode of ``batch`` rows: warm up (admission, prefill), then time chunks."""
     dev = torch.device(model.device)
     eng = Engine(model, ecfg, graphs)
@@ -93,16 +94,17 @@ def time_engine(model, graphs, ecfg: EngineConfig, batch: int, cfg) -> RunResult
     if any(r.batch != batch for r in records):
         raise RuntimeError(f"steady run at batch {batch} was not steady: "
                            f"{sorted({r.batch for r in records})}")
-    ops, launches = count_ops(eng.step, 5, dev)
+    n_ops, launches = count_ops(eng.step, 5, dev) if ops else (NAN, NAN)
     for h in handles:
         h.abort()
     if eng.pool.num_free != eng.pool.num_total:
         raise RuntimeError("engine leaked cache blocks in the steady run")
     host = statistics.median(r.host + r.forward for r in records)
-    return RunResult(walls, host, records, ops, launches)
+    return RunResult(walls, host, records, n_ops, launches)
 
 
-def time_bare_forward(model, graphs, batch: int, context: int, cfg) -> RunResult:
+def time_bare_forward(model, graphs, batch: int, context: int, cfg, *, ops: bool = True
+                      ) -> RunResult:
     """The forward step alone (graph replay with its input copies, or eager decode)."""
     cache, dev = model.cache, torch.device(model.device)
     bs = cache.block_size
@@ -125,10 +127,10 @@ def time_bare_forward(model, graphs, batch: int, context: int, cfg) -> RunResult
         hosts.append((time.thread_time() - c0) / cfg.chunk_steps)
         _sync(dev)
         walls.append((time.perf_counter() - t0) / cfg.chunk_steps)
-    ops, launches = count_ops(fn, 5, dev)
+    n_ops, launches = count_ops(fn, 5, dev) if ops else (NAN, NAN)
     for t in tables:
         cache.pool.free(t)
-    return RunResult(walls, statistics.median(hosts), [], ops, launches)
+    return RunResult(walls, statistics.median(hosts), [], n_ops, launches)
 
 
 def validate_engine(model, graphs, base: EngineConfig) -> float:

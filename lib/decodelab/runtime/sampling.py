@@ -37,14 +37,23 @@ def _mix32(x: np.ndarray) -> np.ndarray:
     return (x >> np.uint64(16)) ^ x
 
 
-def row_uniforms(seeds: np.ndarray, counters: np.ndarray) -> np.ndarray:
-    """Uniforms in (0, 1), float32, one per row, a pure function of (seed, counter)."""
+def seed_keys(seeds: np.ndarray) -> np.ndarray:
+    """The per-request half of the hash (computed once, at admission): uint64 lanes."""
     s = seeds.astype(np.uint64)
+    return _mix32((s & _M32) ^ _mix32((s >> np.uint64(32)) ^ np.uint64(0x9E3779B9)))
+
+
+def key_uniforms(keys: np.ndarray, counters: np.ndarray) -> np.ndarray:
+    """Uniforms in (0, 1), float32, one per row, from a seed key and a token counter."""
     c = counters.astype(np.uint64)
-    h = _mix32((s & _M32) ^ _mix32((s >> np.uint64(32)) ^ np.uint64(0x9E3779B9)))
-    h = _mix32(h ^ _mix32((c & _M32) ^ np.uint64(0x85EBCA6B)))
+    h = _mix32(keys ^ _mix32((c & _M32) ^ np.uint64(0x85EBCA6B)))
     h = _mix32(h ^ (c >> np.uint64(32)))
     return (((h >> np.uint64(8)).astype(np.float64) + 0.5) / 2.0**24).astype(np.float32)
+
+
+def row_uniforms(seeds: np.ndarray, counters: np.ndarray) -> np.ndarray:
+    """Uniforms in (0, 1), float32, one per row, a pure function of (seed, counter)."""
+    return key_uniforms(seed_keys(seeds), counters)
 
 
 @dataclass(frozen=True, slots=True)
