@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.ticker import NullFormatter
 
 from decodelab.plots import origin_label, use_style
 
@@ -67,6 +68,8 @@ def host_overhead_vs_batch(batch: pd.DataFrame) -> plt.Figure:
         ax.plot(sel["batch"], sel["orchestration_us"], "v:", label="host outside the forward")
         ax.set(title=origin_label(origin), xlabel="batch (rows decoding)", ylabel="µs per step",
                xscale="log", yscale="log")
+        ax.set_xticks(sel["batch"], [str(b) for b in sel["batch"]])
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -103,6 +106,8 @@ def workload_latency(requests: pd.DataFrame) -> plt.Figure:
     axes[0].set(title="time to first token", xlabel="ms", ylabel="fraction of requests",
                 xscale="log")
     axes[1].set(title="time per output token", xlabel="ms", xscale="log")
+    for ax in axes:
+        ax.xaxis.set_minor_formatter(NullFormatter())  # log minor labels overlap
     axes[1].legend(fontsize=8)
     fig.tight_layout()
     return fig
