@@ -288,3 +288,32 @@ def test_real_tiny_llama_preemption_recompute_gives_the_same_tokens():
     assert sum(h.num_preemptions for h in handles) > 0
     assert {h.request_id: h.tokens for h in handles} == ref
     assert eng.pool.num_free == eng.pool.num_total
+
+
+def test_real_tiny_llama_faults_leave_healthy_requests_unchanged():
+    reqs = workload(30, seed=22, vocab=512, max_new_tokens=12)
+    ecfg = EngineConfig(max_num_seqs=8, max_model_len=64)
+    ref = run_all(Engine(tiny_llama(), ecfg), reqs)
+    eng = Engine(tiny_llama(), ecfg)
+    kinds = {r.request_id: ("ok", "ok", "ok", "ok", "ok", "ok", "ok", "raise", "abort", "nan")[i % 10]
+             for i, r in enumerate(reqs)}
+
+    def cb(ev):
+        kind = kinds[ev.request_id]
+        if kind == "raise" and ev.index == 2:
+            raise KeyError("boom")
+        if kind == "abort" and ev.index == 1:
+            eng.abort(ev.request_id)
+
+    eng.logits_hook = lambda rows, logits: [
+        logits[i].fill_(float("inf")) for i, s in enumerate(rows)
+        if kinds[s.request_id] == "nan" and s.launched >= 3]
+    handles = [eng.submit(Request(r.request_id, r.prompt, r.params, on_token=cb)) for r in reqs]
+    eng.run()
+    for h in handles:
+        if kinds[h.request_id] == "ok":
+            assert h.status is Status.FINISHED and h.tokens == ref[h.request_id]
+        else:
+            assert h.status in (Status.FAILED, Status.ABORTED, Status.FINISHED)
+    assert eng.metrics.errors["non_finite_logits"] + eng.metrics.errors["callback_error"] > 0
+    assert eng.pool.num_free == eng.pool.num_total and not eng.active
