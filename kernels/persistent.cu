@@ -33,98 +33,13 @@
 // From Python: decodelab.persistent (built by decodelab.kernel_build with the torch binding).
 #include "persistent.cuh"
 
-#include <cooperative_groups.h>
+#include "persistent_device.cuh"
+#include "persistent_v2.cuh"
 
-#include <climits>
 #include <cstdio>
 #include <cstring>
 
-namespace cg = cooperative_groups;
-
 namespace toyk {
-
-constexpr int kKMax = 32;  // most inputs per lane: H <= 1024 (lanes_for gives K = 8 up to H = 256)
-constexpr unsigned kFull = 0xffffffffu;
-
-// Shapes compiled with their weights in registers (block variant, 512 threads): see reg_kernel.
-constexpr int kRegThreads = 512;
-
-__host__ __device__ constexpr int lanes_for(int h) {
-    int p = 1;
-    while (p * 2 <= 32 && p * 2 * 8 <= h && h % (p * 2) == 0) p *= 2;
-    return p;
-}
-__host__ __device__ constexpr int rounds_for(int cols, int h, int threads) {
-    return (cols * lanes_for(h) + threads - 1) / threads;
-}
-__host__ __device__ constexpr int round4(int n) { return (n + 3) & ~3; }
-
-// Float offsets of the shared-memory sections and where each weight lives.
-struct Layout {
-    int group;                 // blocks per row
-    int ring, cand, bias, e, w, wout;
-    int w_place, wout_place, e_place;
-};
-
-// ---- architecture-guarded cluster primitives (sm_75 builds compile them as traps) ----------
-__device__ __forceinline__ void cluster_barrier() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    cg::this_cluster().sync();
-#else
-    __trap();
-#endif
-}
-__device__ __forceinline__ int cluster_rank() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    return static_cast<int>(cg::this_cluster().block_rank());
-#else
-    return 0;
-#endif
-}
-template <class T>
-__device__ __forceinline__ T* cluster_map(T* p, int rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    return cg::this_cluster().map_shared_rank(p, rank);
-#else
-    return p;
-#endif
-}
-
-template <int X>
-__device__ __forceinline__ void stage_barrier() {
-    if constexpr (X == kBlock) __syncthreads();
-    else if constexpr (X == kGrid) cg::this_grid().sync();
-    else cluster_barrier();
-}
-
-// Order-preserving float -> uint (larger float <=> larger uint); 0 is below every real value.
-__device__ __forceinline__ unsigned ordered(float v) {
-    unsigned u = __float_as_uint(v);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-// Warp-wide argmax of (key, idx): largest key, smallest idx among equal keys; result in all lanes.
-__device__ __forceinline__ void warp_argmax(unsigned& key, unsigned& idx) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    unsigned kmax = __reduce_max_sync(kFull, key);
-    idx = __reduce_min_sync(kFull, key == kmax ? idx : UINT_MAX);
-    key = kmax;
-#else
-    for (int off = 16; off > 0; off >>= 1) {
-        unsigned ok = __shfl_xor_sync(kFull, key, off), oi = __shfl_xor_sync(kFull, idx, off);
-        if (ok > key || (ok == key && oi < idx)) { key = ok; idx = oi; }
-    }
-#endif
-}
-
-template <int X>
-__device__ __forceinline__ float4 load4(const float* p) {
-    if constexpr (X == kGrid) return __ldcg(reinterpret_cast<const float4*>(p));
-    else return *reinterpret_cast<const float4*>(p);
-}
-__device__ __forceinline__ float4 load4_const(const float* p, bool global) {
-    return global ? __ldg(reinterpret_cast<const float4*>(p)) : *reinterpret_cast<const float4*>(p);
-}
 
 // T threads; KM = most inputs per lane (8 or 32: sizes the register chunk of x);
 // CH/CL/CV > 0: compile-time shape with the weights in registers (block variant only).
@@ -240,6 +155,7 @@ __global__ void __launch_bounds__(T, 1) toy_kernel(ToyArgs a, Layout lay) {
     int n_run = 0;
     bool alive = true;  // grid only: a stopped row keeps joining the barriers
     const float* xrow0 = a.x0 + (size_t)row * H;
+    const RunClock clock0 = RunClock::now();  // the run clock starts with the step loop
 
     for (int s = 0; s < a.N; ++s) {
 #pragma unroll kUnrollL
@@ -382,6 +298,7 @@ __global__ void __launch_bounds__(T, 1) toy_kernel(ToyArgs a, Layout lay) {
         }
     }
     if (t == 0 && g == 0) a.steps[row] = n_run;
+    clock0.record(a.clock);
     // Peers may still read this block's shared memory (E rows, remote stores): leave together.
     if constexpr (X == kCluster) cluster_barrier();
 }
@@ -405,10 +322,41 @@ static KernelFn reg_kernel(int H, int L, int V) {
     return nullptr;
 }
 
-static KernelFn pick_kernel(int variant, int threads, const ToyArgs& a, bool regs) {
+// Version 2: the larger K of the two stages (layers, output) when a row is split over G blocks.
+static int k_needed_v2(const ToyArgs& a, int threads, int G) {
+    const int kl = geo(threads, a.H / G, a.H).k, ko = geo(threads, a.V / G, a.H).k;
+    return kl > ko ? kl : ko;
+}
+
+template <int X, int T>
+static KernelFn generic_kernel_v2(int k_need) {
+    if (k_need <= 8) return toy_kernel_v2<T, X, 8>;
+    if (k_need <= 16) return toy_kernel_v2<T, X, 16>;
+    return toy_kernel_v2<T, X, kKMax>;
+}
+
+static KernelFn reg_kernel_v2(int H, int L, int V) {
+    if (V != 256) return nullptr;
+    if (H == 64 && L == 4) return toy_kernel_v2<kRegThreads, kBlock, 8, 64, 4, 256>;
+    if (H == 32 && L == 4) return toy_kernel_v2<kRegThreads, kBlock, 8, 32, 4, 256>;
+    if (H == 64 && L == 2) return toy_kernel_v2<kRegThreads, kBlock, 8, 64, 2, 256>;
+    return nullptr;
+}
+
+static KernelFn pick_kernel(int variant, int threads, const ToyArgs& a, bool regs, int G) {
+    const int kind = variant_kind(variant);
+    if (variant_version(variant) == 2) {
+        if (regs) return reg_kernel_v2(a.H, a.L, a.V);
+        const int k = k_needed_v2(a, threads, G);
+        if (threads != 256 && threads != 512) return nullptr;
+        const bool t256 = threads == 256;
+        if (kind == kBlock) return t256 ? generic_kernel_v2<kBlock, 256>(k) : generic_kernel_v2<kBlock, 512>(k);
+        if (kind == kGrid) return t256 ? generic_kernel_v2<kGrid, 256>(k) : generic_kernel_v2<kGrid, 512>(k);
+        return t256 ? generic_kernel_v2<kCluster, 256>(k) : generic_kernel_v2<kCluster, 512>(k);
+    }
     if (regs) return reg_kernel(a.H, a.L, a.V);
-    if (variant == kBlock) return generic_kernel<kBlock>(threads, a.H);
-    if (variant == kGrid) return generic_kernel<kGrid>(threads, a.H);
+    if (kind == kBlock) return generic_kernel<kBlock>(threads, a.H);
+    if (kind == kGrid) return generic_kernel<kGrid>(threads, a.H);
     return generic_kernel<kCluster>(threads, a.H);
 }
 
@@ -431,15 +379,25 @@ static LaunchInfo fail(LaunchInfo info, const char* why) {
     return info;
 }
 
+// Packed floats of one stage's weights in shared memory (rounds x K x threads) per version.
+static int packed_floats(int version, int threads, int cols, int H) {
+    if (version == 2) {
+        const Geo g = geo(threads, cols, H);
+        return g.r * g.k * threads;
+    }
+    return rounds_for(cols, H, threads) * (H / lanes_for(H)) * threads;
+}
+
 // Sections of one block's shared memory for `G` blocks per row; false if the minimum won't fit.
 static bool layout_for(const ToyArgs& a, int variant, int threads, int G, bool regs, int limit,
                        Layout& lay, int& bytes) {
-    const int H = a.H, L = a.L, V = a.V, K = H / lanes_for(H);
+    const int H = a.H, L = a.L, V = a.V;
+    const int kind = variant_kind(variant), version = variant_version(variant);
     const int cl = H / G, co = V / G;
     int off = 0;
     auto take = [&](int n) { int at = off; off += round4(n); return at; };
     lay = Layout{G, 0, 0, 0, 0, 0, 0, kGlobal, kGlobal, kGlobal};
-    if (variant != kGrid) {
+    if (kind != kGrid) {
         lay.ring = take(2 * H);
         lay.cand = take(2 * G * (threads / 32));
     }
@@ -448,12 +406,12 @@ static bool layout_for(const ToyArgs& a, int variant, int threads, int G, bool r
     auto try_place = [&](int n, int& at, int& place) {
         if ((off + round4(n)) * 4 <= limit) { at = take(n); place = kShared; }
     };
-    if (variant != kGrid) try_place((variant == kCluster ? co : V) * H, lay.e, lay.e_place);
+    if (kind != kGrid) try_place((kind == kCluster ? co : V) * H, lay.e, lay.e_place);
     if (regs) {
         lay.w_place = lay.wout_place = kRegisters;
     } else {
-        try_place(L * rounds_for(cl, H, threads) * K * threads, lay.w, lay.w_place);
-        try_place(rounds_for(co, H, threads) * K * threads, lay.wout, lay.wout_place);
+        try_place(L * packed_floats(version, threads, cl, H), lay.w, lay.w_place);
+        try_place(packed_floats(version, threads, co, H), lay.wout, lay.wout_place);
     }
     bytes = off * 4;
     return true;
@@ -464,21 +422,29 @@ static LaunchInfo plan(const ToyArgs& a, int variant, int threads, int group, La
     info.variant = variant;
     info.threads = threads;
     info.ok = 1;
+    if (variant < kBlock || variant > kClusterV2) return fail(info, "unknown variant code");
+    const int kind = variant_kind(variant), version = variant_version(variant);
     const DeviceCaps caps = device_caps();
     const int H = a.H, V = a.V;
-    if (H < 4 || H > 1024 || H % 4 != 0 || (H / lanes_for(H)) % 4 != 0 || H / lanes_for(H) > kKMax)
+    if (version == 1 &&
+        (H < 4 || H > 1024 || H % 4 != 0 || (H / lanes_for(H)) % 4 != 0 || H / lanes_for(H) > kKMax))
+        return fail(info, "hidden must be a multiple of 4 in [4, 1024] with H/lanes a multiple of 4");
+    // Version 2: K <= kKMax is reachable for every stage iff it is for the full width (the
+    // widening loop of geo() depends on H only).
+    if (version == 2 && (H < 4 || H > 1024 || H % 4 != 0 || geo(threads, H, H).k > kKMax))
         return fail(info, "hidden must be a multiple of 4 in [4, 1024] with H/lanes a multiple of 4");
     if (threads != 256 && threads != 512) return fail(info, "threads must be 256 or 512");
-    if (variant == kCluster && caps.cc_major < 9)
+    if (kind == kCluster && caps.cc_major < 9)
         return fail(info, "the cluster variant needs compute capability 9.0 or newer");
-    if (variant == kGrid && !caps.coop) return fail(info, "this GPU has no cooperative launch");
-    const bool regs = variant == kBlock && threads == kRegThreads && reg_kernel(a.H, a.L, a.V);
+    if (kind == kGrid && !caps.coop) return fail(info, "this GPU has no cooperative launch");
+    const bool regs = kind == kBlock && threads == kRegThreads &&
+                      (version == 2 ? reg_kernel_v2(a.H, a.L, a.V) : reg_kernel(a.H, a.L, a.V));
     int candidates[8] = {1, 0, 0, 0, 0, 0, 0, 0}, n = 1;
     if (group > 0) candidates[0] = group;
-    else if (variant == kCluster) { int c[] = {2, 4, 8, 16}; memcpy(candidates, c, sizeof c); n = 4; }
-    else if (variant == kGrid) { int c[] = {1, 2, 4, 8, 16, 32, 64, 128}; memcpy(candidates, c, sizeof c); n = 8; }
-    if (variant == kBlock && candidates[0] != 1) return fail(info, "the block variant has group 1");
-    if (variant == kCluster && (candidates[0] > 16 || candidates[0] < 1))
+    else if (kind == kCluster) { int c[] = {2, 4, 8, 16}; memcpy(candidates, c, sizeof c); n = 4; }
+    else if (kind == kGrid) { int c[] = {1, 2, 4, 8, 16, 32, 64, 128}; memcpy(candidates, c, sizeof c); n = 8; }
+    if (kind == kBlock && candidates[0] != 1) return fail(info, "the block variant has group 1");
+    if (kind == kCluster && (candidates[0] > 16 || candidates[0] < 1))
         return fail(info, "cluster group must be in [1, 16]");
     int bytes = 0;
     for (int i = 0; i < n; ++i) {
@@ -486,7 +452,7 @@ static LaunchInfo plan(const ToyArgs& a, int variant, int threads, int group, La
         if (H % G != 0 || V % G != 0 || (H / G) < 1) continue;
         if (!layout_for(a, variant, threads, G, regs, caps.smem_optin, lay, bytes)) continue;
         const bool all_shared = lay.w_place != kGlobal && lay.wout_place != kGlobal &&
-                                (variant == kGrid || lay.e_place == kShared);
+                                (kind == kGrid || lay.e_place == kShared);
         if (group > 0 || all_shared || i == n - 1) break;
     }
     if (bytes == 0) return fail(info, "no group size divides hidden and vocab with the state in shared memory");
@@ -496,8 +462,8 @@ static LaunchInfo plan(const ToyArgs& a, int variant, int threads, int group, La
     info.w_place = lay.w_place;
     info.wout_place = lay.wout_place;
     info.e_place = lay.e_place;
-    if (variant == kGrid) {
-        KernelFn fn = pick_kernel(variant, threads, a, false);
+    if (kind == kGrid) {
+        KernelFn fn = pick_kernel(variant, threads, a, false, info.group);
         cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
         int per_sm = 0;
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, bytes);
@@ -516,13 +482,15 @@ LaunchInfo toy_launch(const ToyArgs& a, int variant, int threads, int group, cud
     Layout lay{};
     LaunchInfo info = plan(a, variant, threads, group, lay);
     if (!info.ok) return info;
-    KernelFn fn = pick_kernel(variant, threads, a, info.w_place == kRegisters);
+    const int kind = variant_kind(variant);
+    KernelFn fn = pick_kernel(variant, threads, a, info.w_place == kRegisters, info.group);
+    if (fn == nullptr) return fail(info, "no compiled kernel for this launch");
     cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            info.smem_bytes);
-    if (err == cudaSuccess && variant == kBlock) {
+    if (err == cudaSuccess && kind == kBlock) {
         fn<<<info.blocks, threads, info.smem_bytes, stream>>>(a, lay);
         err = cudaGetLastError();
-    } else if (err == cudaSuccess && variant == kGrid) {
+    } else if (err == cudaSuccess && kind == kGrid) {
         ToyArgs a_copy = a;
         void* params[] = {&a_copy, &lay};
         err = cudaLaunchCooperativeKernel((void*)fn, info.blocks, threads, params, info.smem_bytes,
@@ -552,26 +520,34 @@ LaunchInfo toy_launch(const ToyArgs& a, int variant, int threads, int group, cud
 }
 
 // ---------------------------------------------------------------- barrier microbenchmarks ---
-__global__ void bar_block(int iters, int* sink) {
+// Each records its own run clock (cycles and ns of block 0's loop) when `clock` is given.
+__global__ void bar_block(int iters, int* sink, long long* clock) {
+    const RunClock clock0 = RunClock::now();
     for (int i = 0; i < iters; ++i) __syncthreads();
+    clock0.record(clock);
     if (threadIdx.x == 0 && blockIdx.x == 0) *sink = iters;
 }
-__global__ void bar_grid(int iters, int* sink) {
+__global__ void bar_grid(int iters, int* sink, long long* clock) {
+    const RunClock clock0 = RunClock::now();
     for (int i = 0; i < iters; ++i) cg::this_grid().sync();
+    clock0.record(clock);
     if (threadIdx.x == 0 && blockIdx.x == 0) *sink = iters;
 }
-__global__ void bar_cluster(int iters, int* sink) {
+__global__ void bar_cluster(int iters, int* sink, long long* clock) {
+    const RunClock clock0 = RunClock::now();
     for (int i = 0; i < iters; ++i) cluster_barrier();
+    clock0.record(clock);
     if (threadIdx.x == 0 && blockIdx.x == 0) *sink = iters;
 }
 
-int barrier_bench(int kind, int threads, int blocks, int iters, int* sink, cudaStream_t stream) {
+int barrier_bench(int kind, int threads, int blocks, int iters, int* sink, long long* clock,
+                  cudaStream_t stream) {
     if (kind == 0) {
-        bar_block<<<1, threads, 0, stream>>>(iters, sink);
+        bar_block<<<1, threads, 0, stream>>>(iters, sink, clock);
         return cudaGetLastError();
     }
     if (kind == 1) {
-        void* params[] = {&iters, &sink};
+        void* params[] = {&iters, &sink, &clock};
         return cudaLaunchCooperativeKernel((void*)bar_grid, blocks, threads, params, 0, stream);
     }
     if (device_caps().cc_major < 9) return cudaErrorNotSupported;
@@ -587,7 +563,7 @@ int barrier_bench(int kind, int threads, int blocks, int iters, int* sink, cudaS
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, bar_cluster, iters, sink);
+    return cudaLaunchKernelEx(&cfg, bar_cluster, iters, sink, clock);
 }
 
 }  // namespace toyk

@@ -24,9 +24,15 @@ struct ToyArgs {
     int* rows_done;      // grid variant only: one int, zeroed by the caller, else nullptr
     int H, L, V, B, N;
     int stop;            // stop token id, -1 = none
+    long long* clock;    // optional (2,): SM cycles (clock64) and ns (%globaltimer) of block 0's
+                         // step loop, read by its thread 0; nullptr = not recorded
 };
 
-enum Variant : int { kBlock = 0, kGrid = 1, kCluster = 2 };
+// Variant codes: version 1 (persistent.cu) is 0..2, version 2 (persistent_v2.cuh) is 3..5 with
+// the same state exchange: kind = code % 3, version = code / 3 + 1.
+enum Variant : int { kBlock = 0, kGrid = 1, kCluster = 2, kBlockV2 = 3, kGridV2 = 4, kClusterV2 = 5 };
+__host__ __device__ inline int variant_kind(int variant) { return variant % 3; }
+__host__ __device__ inline int variant_version(int variant) { return variant / 3 + 1; }
 
 // Where a launch keeps its weights: all in registers (compile-time shapes), packed in shared
 // memory, or read from global memory (L2) in their natural layout.
@@ -50,7 +56,9 @@ __host__ __device__ inline int grid_scratch_floats(int H, int G, int threads) {
 
 // Barrier microbenchmarks: `iters` back-to-back barriers of one kind inside one kernel.
 // kind: 0 = __syncthreads (1 block of `threads`), 1 = grid.sync (`blocks` blocks),
-// 2 = cluster.sync (one cluster of `blocks` blocks). Returns a CUDA error code.
-int barrier_bench(int kind, int threads, int blocks, int iters, int* sink, cudaStream_t stream);
+// 2 = cluster.sync (one cluster of `blocks` blocks). `clock` (2,) or nullptr: cycles and ns of
+// block 0's barrier loop (as ToyArgs::clock). Returns a CUDA error code.
+int barrier_bench(int kind, int threads, int blocks, int iters, int* sink, long long* clock,
+                  cudaStream_t stream);
 
 }  // namespace toyk

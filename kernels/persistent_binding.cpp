@@ -42,7 +42,8 @@ py::dict plan(int64_t H, int64_t L, int64_t V, int64_t B, int64_t variant, int64
 }
 
 // Runs N steps; tokens (N, B) int64 (-1 where a row had stopped), steps (B,) int32,
-// x_final (B, H), states (N, B, H) when record_states else an empty tensor.
+// x_final (B, H), states (N, B, H) when record_states else an empty tensor, clock (2,) int64:
+// SM cycles (clock64) and ns (%globaltimer) of block 0's step loop.
 py::tuple run(torch::Tensor w, torch::Tensor b, torch::Tensor w_out, torch::Tensor embed,
               torch::Tensor x0, int64_t n_steps, int64_t stop, int64_t variant, int64_t threads,
               int64_t group, bool record_states) {
@@ -57,9 +58,10 @@ py::tuple run(torch::Tensor w, torch::Tensor b, torch::Tensor w_out, torch::Tens
     auto steps = torch::zeros({B}, opts.dtype(torch::kInt32));
     auto x_final = torch::empty({B, H}, opts);
     auto states = record_states ? torch::empty({n_steps, B, H}, opts) : torch::empty({0}, opts);
+    auto clock = torch::zeros({2}, opts.dtype(torch::kInt64));
     toyk::ToyArgs a = shape_args(H, L, V, B, n_steps, stop);
     torch::Tensor scratch, done;
-    if (variant == toyk::kGrid) {
+    if (toyk::variant_kind(int(variant)) == toyk::kGrid) {
         auto info = toyk::toy_plan(a, int(variant), int(threads), int(group));
         TORCH_CHECK(info.ok, "persistent kernel: ", info.why);
         scratch = torch::empty({B * toyk::grid_scratch_floats(int(H), info.group, int(threads))}, opts);
@@ -73,16 +75,23 @@ py::tuple run(torch::Tensor w, torch::Tensor b, torch::Tensor w_out, torch::Tens
     a.states = record_states ? states.data_ptr<float>() : nullptr;
     a.tokens = tokens.data_ptr<int64_t>();
     a.steps = steps.data_ptr<int>();
+    a.clock = reinterpret_cast<long long*>(clock.data_ptr<int64_t>());
     auto info = toyk::toy_launch(a, int(variant), int(threads), int(group),
                                  c10::cuda::getCurrentCUDAStream());
     TORCH_CHECK(info.ok, "persistent kernel: ", info.why);
-    return py::make_tuple(tokens, steps, x_final, states, info_dict(info));
+    return py::make_tuple(tokens, steps, x_final, states, clock, info_dict(info));
 }
 
-void barrier(int64_t kind, int64_t threads, int64_t blocks, int64_t iters, torch::Tensor sink) {
+// `clock`: (2,) int64 CUDA tensor receiving the cycles and ns of block 0's barrier loop.
+void barrier(int64_t kind, int64_t threads, int64_t blocks, int64_t iters, torch::Tensor sink,
+             torch::Tensor clock) {
     TORCH_CHECK(sink.is_cuda() && sink.scalar_type() == torch::kInt32, "sink: int32 CUDA tensor");
+    TORCH_CHECK(clock.is_cuda() && clock.scalar_type() == torch::kInt64 && clock.numel() == 2,
+                "clock: (2,) int64 CUDA tensor");
     int err = toyk::barrier_bench(int(kind), int(threads), int(blocks), int(iters),
-                                  sink.data_ptr<int>(), c10::cuda::getCurrentCUDAStream());
+                                  sink.data_ptr<int>(),
+                                  reinterpret_cast<long long*>(clock.data_ptr<int64_t>()),
+                                  c10::cuda::getCurrentCUDAStream());
     TORCH_CHECK(err == 0, "barrier benchmark: ", cudaGetErrorString(cudaError_t(err)));
 }
 

@@ -7,7 +7,7 @@
 // Build and run:
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -o persistent_check \
 //        kernels/persistent.cu kernels/persistent_check.cu
-//   ./persistent_check [variant: block|grid|cluster|all] [steps]
+//   ./persistent_check [variant: block|grid|cluster|block_v2|grid_v2|cluster_v2|all] [steps]
 //   compute-sanitizer --tool racecheck ./persistent_check block 64
 #include "persistent.cuh"
 
@@ -82,7 +82,8 @@ static int check(const char* name, int variant, int threads, const Model& m, int
     CK(cudaMemcpy(dx0, x0.data(), x0.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemset(dtok, 0xff, (size_t)N * B * 8));
     CK(cudaMemset(ddone, 0, 4));
-    toyk::ToyArgs a{dw, db, dwo, de, dx0, dxf, dst, dtok, dsteps, dscr, ddone, H, m.L, V, B, N, stop};
+    toyk::ToyArgs a{dw, db, dwo, de, dx0, dxf, dst, dtok, dsteps, dscr, ddone, H, m.L, V, B, N, stop,
+                    nullptr};
     toyk::LaunchInfo info = toyk::toy_launch(a, variant, threads, 0, 0);
     if (!info.ok) { printf("%-8s H=%d L=%d B=%d: not run (%s)\n", name, H, m.L, B, info.why); return 0; }
     CK(cudaGetLastError());
@@ -121,12 +122,12 @@ static int check(const char* name, int variant, int threads, const Model& m, int
 int main(int argc, char** argv) {
     const char* which = argc > 1 ? argv[1] : "all";
     const int N = argc > 2 ? atoi(argv[2]) : 200;
-    const char* names[] = {"block", "grid", "cluster"};
+    const char* names[] = {"block", "grid", "cluster", "block_v2", "grid_v2", "cluster_v2"};
     int bad = 0;
     const int shapes[][3] = {{64, 4, 256}, {32, 2, 64}, {256, 2, 256}};
     for (auto& sh : shapes) {
         Model m = make_model(sh[0], sh[1], sh[2]);
-        for (int v = 0; v < 3; ++v) {
+        for (int v = 0; v < 6; ++v) {
             if (strcmp(which, "all") != 0 && strcmp(which, names[v]) != 0) continue;
             bad += check(names[v], v, 512, m, 2, N, -1);
             bad += check(names[v], v, 256, m, 1, N, 7);  // stop token: some row stops early or not

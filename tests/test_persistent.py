@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from decodelab import persistent, toy
-from decodelab.persistent_bench import barrier_for, latency_model_us, sweep_plan
+from decodelab.persistent_bench import (
+    barrier_for,
+    latency_model_cycles,
+    latency_model_us,
+    launch_configs,
+    sweep_plan,
+)
 from decodelab.validate import ConfigError
 
 
@@ -23,6 +29,23 @@ def test_kernel_config_validation():
         persistent.KernelConfig("block", group=2)
     with pytest.raises(ConfigError, match="16 blocks"):
         persistent.KernelConfig("cluster", group=32)
+    with pytest.raises(ConfigError, match="group"):
+        persistent.KernelConfig("block_v2", group=2)
+    with pytest.raises(ConfigError, match="16 blocks"):
+        persistent.KernelConfig("cluster_v2", group=32)
+
+
+def test_variant_names_and_codes():
+    # Codes as toyk::Variant: version 1 is 0..2, version 2 is 3..5 with the same state exchange.
+    assert persistent.PROVEN == ("block", "grid", "cluster")
+    assert [persistent.VARIANT_CODES[v] for v in persistent.VARIANTS] == list(range(6))
+    for v in persistent.VARIANTS:
+        code = persistent.VARIANT_CODES[v]
+        assert persistent.kind_of(v) == persistent.PROVEN[code % 3]
+    # The bench measures the proven versions in one pass and the second versions in another.
+    for version, names in ((1, persistent.PROVEN), (2, persistent.VARIANTS[3:])):
+        for sweep in ("hidden", "tune"):
+            assert {k.variant for k in launch_configs(sweep, True, version)} <= set(names)
 
 
 def test_shape_and_stop_validation():
@@ -65,12 +88,21 @@ def test_latency_model_math():
         latency_model_us(1, 0.1, 1.0, 0, 1e9)
 
 
+def test_latency_model_in_cycles():
+    # 5 barriers of 40 cycles + 2e6 flop over 2 SMs at 256 flop/clk
+    assert math.isclose(latency_model_cycles(5, 40.0, 2e6, 2), 200 + 2e6 / 512)
+    with pytest.raises(ValueError):
+        latency_model_cycles(1, -1.0, 1.0, 1)
+
+
 def test_barrier_lookup_nearest_size():
     rows = [{"barrier": "grid_sync", "threads": 256, "blocks": b, "us": b / 10} for b in (1, 8, 32)]
     rows.append({"barrier": "syncthreads", "threads": 512, "blocks": 1, "us": 0.02})
     assert barrier_for(rows, "grid", 256, 6) == 0.8
     assert barrier_for(rows, "block", 512, 1) == 0.02
     assert math.isnan(barrier_for(rows, "cluster", 256, 4))
+    assert barrier_for(rows, "grid_v2", 256, 6) == 0.8  # a second version uses the same barrier
+    assert math.isnan(barrier_for(rows, "block", 512, 1, "cycles"))  # column not measured
 
 
 def test_sweep_plans_are_valid_shapes():
@@ -111,12 +143,39 @@ GPU_SHAPES = [toy.named("ultra-light"), toy.named("h256"),
 @pytest.mark.parametrize("variant", persistent.VARIANTS)
 @pytest.mark.parametrize("cfg", GPU_SHAPES, ids=lambda c: f"h{c.hidden}l{c.layers}b{c.batch}v{c.vocab}")
 def test_variant_matches_reference(variant: str, cfg: toy.ToyConfig):
-    if variant == "cluster" and not persistent.cluster_available():
+    if persistent.kind_of(variant) == "cluster" and not persistent.cluster_available():
         pytest.skip("thread-block clusters need sm_90")
-    kcfg = persistent.KernelConfig(variant, 512 if variant == "block" else 256)
-    if not persistent.plan(cfg, kcfg)["ok"]:
-        pytest.skip(persistent.plan(cfg, kcfg)["why"])
-    _check_all(cfg, 1000, kcfg)
+    for threads in (512, 256):
+        kcfg = persistent.KernelConfig(variant, threads)
+        if not persistent.plan(cfg, kcfg)["ok"]:
+            continue  # e.g. more blocks than co-resident; the other thread count may fit
+        _check_all(cfg, 1000, kcfg)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", persistent.VARIANTS)
+def test_run_clock(variant: str):
+    """The in-kernel run clock: cycles and ns of the step loop, a plausible SM clock."""
+    if persistent.kind_of(variant) == "cluster" and not persistent.cluster_available():
+        pytest.skip("thread-block clusters need sm_90")
+    cfg = toy.named("h256")
+    w, x0 = toy.make_weights(cfg, "cuda"), toy.initial_state(cfg, "cuda")
+    got = persistent.run(w, x0, 2000, kcfg=persistent.KernelConfig(variant, 256))
+    cycles, ns = (int(v) for v in got.clock.cpu())
+    assert cycles > 0 and ns > 0
+    assert 0.05 < cycles / ns < 5.0  # GHz
+
+
+@pytest.mark.gpu
+def test_auto_takes_v2_only_after_validation():
+    cfg = toy.named("ultra-light")
+    w, x0 = toy.make_weights(cfg, "cuda"), toy.initial_state(cfg, "cuda")
+    assert persistent.resolve_variant(cfg, persistent.KernelConfig()) in persistent.PROVEN
+    base = persistent.resolve_variant(cfg, persistent.KernelConfig())
+    ref = toy.run_eager(w, x0, 200)
+    check = persistent.validate(w, x0, ref, persistent.KernelConfig(f"{base}_v2"))
+    expect = f"{base}_v2" if check.ok else base
+    assert persistent.resolve_variant(cfg, persistent.KernelConfig()) == expect
 
 
 @pytest.mark.gpu
@@ -141,9 +200,18 @@ def _synthetic_frames():
             rows.append({"sweep": "hidden", "variant": variant, "hidden": h, "layers": 4,
                          "batch": 1, "vocab": 256, "steps_per_s": sps, "us_per_step": 1e6 / sps,
                          "model_us": 0.5 if kernel else float("nan"),
+                         "model_cycles": 900.0 if kernel else float("nan"),
+                         "cycles_per_step": 2e9 / sps if kernel else float("nan"),
                          "barriers_per_step": 5 if kernel else 0,
                          "barrier_us": 0.05 if kernel else float("nan"),
-                         "host_fraction": 0.01, "origin": "reference/h200"})
+                         "host_fraction": 0.01, "validated": True, "origin": "reference/h200"})
+        # A second version that failed validation: a row, no timing; never the best.
+        rows.append({"sweep": "hidden", "variant": "cluster_v2", "hidden": h, "layers": 4,
+                     "batch": 1, "vocab": 256, "steps_per_s": float("nan"),
+                     "us_per_step": float("nan"), "model_us": 0.5, "model_cycles": 900.0,
+                     "cycles_per_step": float("nan"), "barriers_per_step": 5,
+                     "barrier_us": 0.05, "host_fraction": float("nan"), "validated": False,
+                     "origin": "reference/h200"})
     barriers = pd.DataFrame([{"barrier": "syncthreads", "threads": t, "blocks": 1, "us": 0.02}
                              for t in (256, 512)] +
                             [{"barrier": "grid_sync", "threads": 256, "blocks": b, "us": 1.0}

@@ -20,7 +20,7 @@ from decodelab import paths
 from decodelab.validate import ConfigError
 
 PERSISTENT_SOURCES = ("persistent.cu", "persistent_binding.cpp")
-PERSISTENT_HEADERS = ("persistent.cuh",)
+PERSISTENT_HEADERS = ("persistent.cuh", "persistent_device.cuh", "persistent_v2.cuh")
 CUDA_FLAGS = ("-O3", "-std=c++17", "-lineinfo")
 
 

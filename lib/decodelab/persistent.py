@@ -1,7 +1,9 @@
 """Phase 3: the toy decode loop in one persistent CUDA kernel (``kernels/persistent.cu``).
 
 ``run()`` executes N chained toy steps on the device in one launch (variants ``block``, ``grid``,
-``cluster``), stopping on the device when a row emits the stop token. ``validate()`` checks a
+``cluster``, and their second versions ``*_v2`` with one reduction round per output column),
+stopping on the device when a row emits the stop token. ``auto`` picks among the proven first
+versions, and takes a ``*_v2`` kernel only for a launch it validated in this process. ``validate()`` checks a
 variant against the eager torch reference on the same weights and device before anything is
 timed; ``bench()`` measures steps/s per variant next to the phase-2 graph replay on the same
 configurations, the barrier costs, and a latency model (stages x barrier + arithmetic).
@@ -19,8 +21,9 @@ from decodelab import toy
 from decodelab.profiles import PROFILES
 from decodelab.validate import ConfigError, check_choice, check_int
 
-VARIANTS = ("block", "grid", "cluster")
-VARIANT_CODES = {"block": 0, "grid": 1, "cluster": 2}
+PROVEN = ("block", "grid", "cluster")  # version 1 (kernels/persistent.cu)
+VARIANTS = (*PROVEN, *(f"{v}_v2" for v in PROVEN))  # version 2: kernels/persistent_v2.cuh
+VARIANT_CODES = {name: code for code, name in enumerate(VARIANTS)}  # as toyk::Variant
 THREADS = (256, 512)
 MAX_HIDDEN = 1024
 # The seed study's persistent-kernel claims (seeds/004, README, one SM75 GPU): steps/s.
@@ -41,11 +44,16 @@ class KernelConfig:
         check_choice("KernelConfig", "variant", self.variant, ("auto", *VARIANTS))
         check_choice("KernelConfig", "threads", self.threads, THREADS)
         check_int("KernelConfig", "group", self.group, 0, 128)
-        if self.variant == "block" and self.group > 1:
+        if kind_of(self.variant) == "block" and self.group > 1:
             raise ConfigError(f"KernelConfig.group={self.group}: the block variant uses one "
                               "block per row (group 0 or 1)")
-        if self.variant == "cluster" and self.group > 16:
+        if kind_of(self.variant) == "cluster" and self.group > 16:
             raise ConfigError(f"KernelConfig.group={self.group}: a cluster holds at most 16 blocks")
+
+
+def kind_of(variant: str) -> str:
+    """The state exchange of a variant: 'block', 'grid' or 'cluster' (``*_v2`` share it)."""
+    return variant.removesuffix("_v2")
 
 
 def check_shape(cfg: toy.ToyConfig) -> None:
@@ -67,6 +75,7 @@ class RunResult:
     steps: torch.Tensor  # (B,) int32 steps each row ran
     x_final: torch.Tensor  # (B, H) state after each row's last step
     states: torch.Tensor | None  # (N, B, H) when recorded
+    clock: torch.Tensor  # (2,) int64: SM cycles (clock64) and ns (%globaltimer) of the step loop
     info: dict  # launch plan: variant, group, blocks, threads, placements, smem bytes
 
 
@@ -80,15 +89,30 @@ def cluster_available() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 
 
+# Launches of a second-version kernel that passed validate() in this process (see _launch_key),
+# and those that failed it or raised here (never eligible again in this process).
+_VALIDATED: set[tuple] = set()
+_FAILED: set[tuple] = set()
+
+
+def _launch_key(cfg: toy.ToyConfig, kcfg: KernelConfig) -> tuple:
+    return (kcfg.variant, cfg.hidden, cfg.layers, cfg.batch, cfg.vocab, kcfg.threads, kcfg.group)
+
+
 def resolve_variant(cfg: toy.ToyConfig, kcfg: KernelConfig) -> str:
     """``auto``: ``block`` when one block keeps every weight on chip, else ``cluster`` on sm_90+
-    (selected automatically when present), else ``grid``."""
+    (selected automatically when present), else ``grid`` — then the ``_v2`` kernel of that
+    variant only if validate() passed for this very launch in this process."""
     if kcfg.variant != "auto":
         return kcfg.variant
     info = plan(cfg, KernelConfig("block", kcfg.threads))
     if info["ok"] and "global" not in (info["w_place"], info["wout_place"], info["e_place"]):
-        return "block"
-    return "cluster" if cluster_available() else "grid"
+        base = "block"
+    else:
+        base = "cluster" if cluster_available() else "grid"
+    v2 = f"{base}_v2"
+    proven = _launch_key(cfg, KernelConfig(v2, kcfg.threads, kcfg.group)) in _VALIDATED
+    return v2 if proven else base
 
 
 def plan(cfg: toy.ToyConfig, kcfg: KernelConfig) -> dict:
@@ -114,10 +138,10 @@ def run(weights: toy.ToyWeights, x0: torch.Tensor, n_steps: int, *, stop: int = 
         raise ConfigError(f"persistent.run: weights ({weights.device}) and x0 ({x0.device}) must "
                           "be on the same CUDA device")
     variant = resolve_variant(cfg, kcfg)
-    tokens, steps, x_final, states, info = _ext().run(
+    tokens, steps, x_final, states, clock, info = _ext().run(
         weights.w, weights.b, weights.w_out, weights.embed, x0.contiguous(), n_steps, stop,
         VARIANT_CODES[variant], kcfg.threads, kcfg.group, record_states)
-    return RunResult(tokens, steps, x_final, states if record_states else None,
+    return RunResult(tokens, steps, x_final, states if record_states else None, clock,
                      dict(info, variant=variant))
 
 
@@ -199,10 +223,26 @@ def ref_vocab(weights: toy.ToyWeights) -> int:
 
 def validate(weights: toy.ToyWeights, x0: torch.Tensor, ref: toy.Trajectory, kcfg: KernelConfig,
              stop: int = -1) -> Check:
-    """Run ``len(ref.tokens)`` steps with states recorded and compare with the reference."""
-    got = run(weights, x0, ref.tokens.shape[0], stop=stop, kcfg=kcfg, record_states=True)
-    torch.cuda.synchronize()
-    return compare(weights, x0, ref, got, stop)
+    """Run ``len(ref.tokens)`` steps with states recorded and compare with the reference.
+
+    A named second-version launch that passes becomes eligible for ``auto`` in this process;
+    one that fails (or raises) is withdrawn."""
+    cfg = toy.ToyConfig(hidden=x0.shape[1], layers=weights.w.shape[0], batch=x0.shape[0],
+                        vocab=weights.w_out.shape[1])
+    key = _launch_key(cfg, kcfg)
+    _VALIDATED.discard(key)
+    try:
+        got = run(weights, x0, ref.tokens.shape[0], stop=stop, kcfg=kcfg, record_states=True)
+        torch.cuda.synchronize()
+    except Exception:
+        _FAILED.add(key)
+        raise
+    check = compare(weights, x0, ref, got, stop)
+    if not check.ok:
+        _FAILED.add(key)
+    elif kcfg.variant.endswith("_v2") and key not in _FAILED:
+        _VALIDATED.add(key)
+    return check
 
 
 def stop_token_for(ref: toy.Trajectory) -> int:
@@ -220,7 +260,9 @@ def seed_comparison(frame: pd.DataFrame) -> pd.DataFrame:
         shape = ((frame["hidden"] == cfg.hidden) & (frame["layers"] == cfg.layers)
                  & (frame["batch"] == cfg.batch) & (frame["vocab"] == cfg.vocab))
         for origin, sub in frame[shape].groupby("origin" if "origin" in frame else "device"):
-            kernels = sub[sub["variant"].isin(VARIANTS)]
+            kernels = sub[sub["variant"].isin(VARIANTS)].dropna(subset=["steps_per_s"])
+            if "validated" in kernels:  # a failed variant has a row but no timing
+                kernels = kernels[kernels["validated"].astype(str) == "True"]
             graph = sub[sub["variant"] == "graph_k1"]["steps_per_s"]
             if kernels.empty:
                 continue

@@ -2,10 +2,17 @@
 
 Tables written by :func:`run_bench`:
 - ``persistent``: one row per (sweep, variant, shape): steps/s and µs/step (device time of one
-  launch of N steps / N), host CPU time per launch, the launch plan, validation outcome and the
-  latency model; the single-step graph (``graph_k1``) and the best multi-step graph
+  launch of N steps / N), host CPU time per launch, the launch plan, validation outcome
+  (``validated``, ``error``: a variant that fails validation or raises gets a row without
+  timings and the others go on), the in-kernel run clock (``cycles_per_step`` from clock64 of
+  block 0's step loop, ``sm_clock_ghz`` = those cycles / %globaltimer ns) and the latency model
+  in µs and in cycles; the single-step graph (``graph_k1``) and the best multi-step graph
   (``graph_best``) of phase 2 measured in the same run on the same shapes.
-- ``persistent_barriers``: µs per barrier (__syncthreads, grid.sync, cluster.sync) by size.
+- ``persistent_barriers``: µs per barrier (__syncthreads, grid.sync, cluster.sync) by size, and
+  cycles per barrier with the SM clock from the same in-kernel run clock.
+
+The proven (first-version) variants and the graphs are measured over all shapes first; the
+second versions (``*_v2``) follow in a second pass, so a fault there cannot lose the first.
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ class SweepPlan:
     graph_ks: tuple[int, ...]
     target_launch_s: float  # device time aimed for per timed launch
     repeats: int
-    budget_s: float  # shapes left when this much time has passed are skipped (and said so)
+    budget_s: float  # proven pass: shapes left when this much time has passed are skipped
+    budget_v2_s: float  # second-version pass: the same, counted from the start of the bench
 
 
 def sweep_plan(profile: str) -> SweepPlan:
@@ -39,14 +47,23 @@ def sweep_plan(profile: str) -> SweepPlan:
 
     if profile != "gpu":
         shapes = (("hidden", cfg(64, 4, 1)), ("batch", cfg(64, 2, 2)))
-        return SweepPlan(shapes, 200, (8,), 2e-3, 3, 60.0)
+        return SweepPlan(shapes, 200, (8,), 2e-3, 3, 60.0, 90.0)
     # The named shapes first (ultra-light, h256), so a budget cut never loses them.
     shapes = [("hidden", cfg(h, 4, 1)) for h in (64, 256, 16, 32, 128, 512, 1024)]
     shapes += [("layers", cfg(h, n, 1)) for h in (64, 256) for n in (1, 2, 8)]
     shapes += [("batch", cfg(h, 4, b)) for h in (64, 256) for b in (8, 32)]
     # Launch alternatives (threads, blocks per row) on the two named shapes.
     shapes[2:2] = [("tune", cfg(64, 4, 1)), ("tune", cfg(256, 4, 1))]
-    return SweepPlan(tuple(shapes), 1000, (16, 64), 5e-3, 5, 75.0)
+    return SweepPlan(tuple(shapes), 1000, (16, 64), 5e-3, 5, 58.0, 84.0)
+
+
+def latency_model_cycles(stages: int, barrier_cycles: float, flops: float, blocks: int,
+                         flop_per_clk_per_sm: float = 256.0) -> float:
+    """The same model in SM cycles (no clock assumed): barriers in measured cycles plus the FMAs
+    at 256 flop per clock per SM."""
+    if stages < 0 or barrier_cycles < 0 or flops < 0 or blocks < 1:
+        raise ValueError("latency_model_cycles: stages, barrier_cycles, flops >= 0; blocks >= 1")
+    return stages * barrier_cycles + flops / (blocks * flop_per_clk_per_sm)
 
 
 def latency_model_us(stages: int, barrier_us: float, flops: float, blocks: int, clock_hz: float,
@@ -58,20 +75,24 @@ def latency_model_us(stages: int, barrier_us: float, flops: float, blocks: int, 
     return stages * barrier_us + flops / (blocks * flop_per_clk_per_sm * clock_hz) * 1e6
 
 
-def barrier_for(barriers: list[dict], variant: str, threads: int, blocks: int) -> float:
-    """Measured µs of the barrier a variant uses, at the nearest measured size."""
-    kind = {"block": "syncthreads", "grid": "grid_sync", "cluster": "cluster_sync"}[variant]
+def barrier_for(barriers: list[dict], variant: str, threads: int, blocks: int,
+                column: str = "us") -> float:
+    """Measured µs (or ``column``) of the barrier a variant uses, at the nearest measured size."""
+    kind = {"block": "syncthreads", "grid": "grid_sync",
+            "cluster": "cluster_sync"}[persistent.kind_of(variant)]
     size = threads if kind == "syncthreads" else blocks
     rows = [r for r in barriers if r["barrier"] == kind]
     if not rows:
         return float("nan")
     key = "threads" if kind == "syncthreads" else "blocks"
-    return min(rows, key=lambda r: abs(r[key] - size))["us"]
+    return min(rows, key=lambda r: abs(r[key] - size)).get(column, float("nan"))
 
 
 def measure_barriers(ext, sms: int) -> list[dict]:
-    """µs per barrier from two launches of the same kernel (many vs few iterations)."""
+    """µs per barrier from two launches of the same kernel (many vs few iterations); cycles per
+    barrier and the SM clock from the kernel's own run clock over the many-iteration loop."""
     sink = torch.zeros(1, dtype=torch.int32, device="cuda")
+    clock = torch.zeros(2, dtype=torch.int64, device="cuda")
     sizes = [("syncthreads", 0, t, 1) for t in (256, 512)]
     sizes += [("grid_sync", 1, 256, b) for b in sorted({1, 2, 8, 32, sms})]
     if persistent.cluster_available():
@@ -80,14 +101,17 @@ def measure_barriers(ext, sms: int) -> list[dict]:
     for name, kind, threads, blocks in sizes:
         few, many = 100, 20_100
         try:
-            per = [time_cuda(lambda n=n, k=kind, t=threads, b=blocks: ext.barrier(k, t, b, n, sink),
+            per = [time_cuda(lambda n=n, k=kind, t=threads, b=blocks:
+                             ext.barrier(k, t, b, n, sink, clock),
                              TimingConfig(warmup=2, repeats=5, inner=1)).device_stats().median
                    for n in (few, many)]
+            cycles, ns = (int(v) for v in clock.cpu())  # the last launch: `many` iterations
         except RuntimeError as exc:  # e.g. a 16-block cluster refused on this part
             print(f"[persistent] barrier {name} x{blocks}: not measured ({exc})", flush=True)
             continue
         rows.append({"barrier": name, "threads": threads, "blocks": blocks,
-                     "us": (per[1] - per[0]) / (many - few) * 1e6})
+                     "us": (per[1] - per[0]) / (many - few) * 1e6, "cycles": cycles / many,
+                     "sm_clock_ghz": cycles / ns if ns > 0 else float("nan")})
     return rows
 
 
@@ -106,7 +130,12 @@ def _measure_variant(w, x0, kcfg: persistent.KernelConfig, plan: SweepPlan) -> d
     probe = time_cuda(lambda: persistent.run(w, x0, probe_n, kcfg=kcfg),
                       TimingConfig(warmup=1, repeats=2, inner=1)).device_stats().median
     n_steps = int(min(500_000, max(probe_n, plan.target_launch_s / (probe / probe_n))))
-    return _time_launches(lambda: persistent.run(w, x0, n_steps, kcfg=kcfg), n_steps, plan.repeats)
+    row = _time_launches(lambda: persistent.run(w, x0, n_steps, kcfg=kcfg), n_steps, plan.repeats)
+    # One more launch of the same length read by its own clock: thread 0 of block 0 reads
+    # clock64 and %globaltimer around the step loop (a row never stops: no stop token here).
+    cycles, ns = (int(v) for v in persistent.run(w, x0, n_steps, kcfg=kcfg).clock.cpu())
+    return {**row, "cycles_per_step": cycles / n_steps,
+            "sm_clock_ghz": cycles / ns if ns > 0 else float("nan")}
 
 
 def _measure_graph(w, x0, ref: toy.Trajectory, k: int, plan: SweepPlan) -> dict:
@@ -125,47 +154,66 @@ def _shape_cols(sweep: str, cfg: toy.ToyConfig) -> dict:
             "vocab": cfg.vocab, "flops_per_step": cfg.flops_per_step}
 
 
-def launch_configs(sweep: str, cluster: bool) -> list[persistent.KernelConfig]:
-    """The default launch per variant; for the ``tune`` sweep, the alternatives as well."""
+def launch_configs(sweep: str, cluster: bool, version: int) -> list[persistent.KernelConfig]:
+    """The default launch per variant of one version; for ``tune``, a few alternatives."""
     K = persistent.KernelConfig  # noqa: N806
+    sfx = "" if version == 1 else "_v2"
     if sweep != "tune":
-        out = [K("block", 512), K("grid", 256)] + ([K("cluster", 256)] if cluster else [])
-        return out
-    out = [K("block", 256), K("grid", 512), K("grid", 256, 2), K("grid", 256, 4)]
+        out = [K("block" + sfx, 512), K("grid" + sfx, 256)]
+        return out + ([K("cluster" + sfx, 256)] if cluster else [])
+    out = [K("block" + sfx, 256), K("grid" + sfx, 512)] + ([K("grid", 256, 4)] if version == 1 else [])
     if cluster:
-        out += [K("cluster", t, g) for t in (256, 512) for g in (2, 4, 8, 16)]
+        out += [K("cluster" + sfx, 256, g) for g in ((4, 8, 16) if version == 1 else (4, 16))]
+        out += [K("cluster" + sfx, 512, 8)]
     return out
 
 
-def _variant_rows(sweep, cfg, w, x0, ref, plan, barriers, attrs, build_s) -> list[dict]:
+def _validated_timing(w, x0, ref, kcfg, plan, stop) -> tuple[dict, persistent.Check]:
+    """Validate (with and without the stop token), then time; raises on any failure."""
+    check = persistent.validate(w, x0, ref, kcfg)
+    stop_check = persistent.validate(w, x0, ref, kcfg, stop=stop) if check.ok else check
+    if not (check.ok and stop_check.ok):
+        raise AssertionError(f"{check.describe()}; with stop token {stop}: {stop_check.describe()}")
+    return _measure_variant(w, x0, kcfg, plan), check
+
+
+_NO_TIMING = ("steps_per_launch", "steps_per_s", "us_per_step", "us_per_step_q1", "us_per_step_q3",
+              "wall_us_per_step", "host_us_total", "host_us_per_step", "host_fraction",
+              "cycles_per_step", "sm_clock_ghz")
+
+
+def _variant_rows(sweep, cfg, w, x0, ref, plan, barriers, attrs, build_s, version) -> list[dict]:
     rows = []
     stop = persistent.stop_token_for(ref)
-    for kcfg in launch_configs(sweep, persistent.cluster_available()):
+    for kcfg in launch_configs(sweep, persistent.cluster_available(), version):
         variant = kcfg.variant
         info = persistent.plan(cfg, kcfg)
         if not info["ok"]:
             print(f"[persistent] {variant} {cfg}: not run ({info['why']})", flush=True)
             continue
         try:
-            check = persistent.validate(w, x0, ref, kcfg)
-            stop_check = persistent.validate(w, x0, ref, kcfg, stop=stop)
-        except RuntimeError as exc:  # a launch the device refuses (e.g. a 16-block cluster)
-            print(f"[persistent] {kcfg} {cfg}: launch refused ({exc})", flush=True)
-            continue
-        if not (check.ok and stop_check.ok):
-            raise AssertionError(f"persistent {kcfg} {cfg}: {check.describe()}; "
-                                 f"with stop token {stop}: {stop_check.describe()}")
-        timing = _measure_variant(w, x0, kcfg, plan)
-        bar = barrier_for(barriers, variant, kcfg.threads, info["blocks"])
+            timing, check = _validated_timing(w, x0, ref, kcfg, plan, stop)
+            error = ""
+        except Exception as exc:  # noqa: BLE001 - a failed variant is recorded, the rest go on
+            error = f"{type(exc).__name__}: {exc}"[:300]
+            print(f"[persistent] {kcfg} {cfg}: NOT VALIDATED, not timed ({error})", flush=True)
+            timing, check = dict.fromkeys(_NO_TIMING, float("nan")), None
+        blocks = info["blocks"]
+        bar = barrier_for(barriers, variant, kcfg.threads, blocks)
+        bar_cycles = barrier_for(barriers, variant, kcfg.threads, blocks, "cycles")
         stages = cfg.layers + 1
         rows.append({**_shape_cols(sweep, cfg), "variant": variant, "threads": kcfg.threads,
-                     "group": info["group"], "blocks": info["blocks"], "k_steps": 0,
+                     "group": info["group"], "blocks": blocks, "k_steps": 0,
                      "weights": f"{info['w_place']}/{info['wout_place']}/{info['e_place']}",
-                     **timing, "validated_steps": plan.n_validate, "stop_token": stop,
-                     "max_state_err": check.max_state_err, "state_tol": check.state_tol,
-                     "barriers_per_step": stages, "barrier_us": bar,
-                     "model_us": latency_model_us(stages, bar, cfg.flops_per_step,
-                                                  info["blocks"], attrs["clock_khz"] * 1e3),
+                     **timing, "validated": not error, "error": error,
+                     "validated_steps": plan.n_validate if not error else 0, "stop_token": stop,
+                     "max_state_err": check.max_state_err if check else float("nan"),
+                     "state_tol": check.state_tol if check else float("nan"),
+                     "barriers_per_step": stages, "barrier_us": bar, "barrier_cycles": bar_cycles,
+                     "model_us": latency_model_us(stages, bar, cfg.flops_per_step, blocks,
+                                                  attrs["clock_khz"] * 1e3),
+                     "model_cycles": latency_model_cycles(stages, bar_cycles, cfg.flops_per_step,
+                                                          blocks),
                      "build_s": build_s})
     return rows
 
@@ -178,16 +226,44 @@ def _graph_rows(sweep, cfg, w, x0, ref, plan, build_s) -> list[dict]:
     for name, k, timing in (("graph_k1", 1, k1), ("graph_best", best_k, best)):
         rows.append({**_shape_cols(sweep, cfg), "variant": name, "threads": 0, "group": 0,
                      "blocks": 0, "k_steps": k, "weights": "global", **timing,
-                     "validated_steps": k, "stop_token": -1, "max_state_err": float("nan"),
-                     "state_tol": float("nan"), "barriers_per_step": 0,
-                     "barrier_us": float("nan"), "model_us": float("nan"), "build_s": build_s})
+                     "cycles_per_step": float("nan"), "sm_clock_ghz": float("nan"),
+                     "validated": True, "error": "", "validated_steps": k, "stop_token": -1,
+                     "max_state_err": float("nan"), "state_tol": float("nan"),
+                     "barriers_per_step": 0, "barrier_us": float("nan"),
+                     "barrier_cycles": float("nan"), "model_us": float("nan"),
+                     "model_cycles": float("nan"), "build_s": build_s})
     return rows
 
 
+def _shape_pass(plan, t0, budget_s, per_shape, rows: list[dict], strict: bool) -> list[str]:
+    """Append ``per_shape(sweep, cfg, w, x0, ref)`` rows over the plan's shapes until ``budget_s``
+    is spent; return the shapes skipped. Not ``strict``: an error ends the pass (rows kept)."""
+    skipped = []
+    for i, (sweep, cfg) in enumerate(plan.shapes):
+        if time.perf_counter() - t0 > budget_s:
+            skipped.append(f"{sweep}:H{cfg.hidden}L{cfg.layers}B{cfg.batch}")
+            continue
+        print(f"[persistent] {sweep} H={cfg.hidden} L={cfg.layers} B={cfg.batch} "
+              f"at {time.perf_counter() - t0:.1f} s", flush=True)
+        try:
+            w = toy.make_weights(cfg, "cuda")
+            x0 = toy.initial_state(cfg, "cuda")
+            ref = toy.run_eager(w, x0, plan.n_validate)
+            rows += per_shape(sweep, cfg, w, x0, ref)
+        except Exception as exc:
+            if strict:
+                raise
+            print(f"[persistent] pass stopped ({type(exc).__name__}: {exc})", flush=True)
+            return skipped + [f"{s}:H{c.hidden}L{c.layers}B{c.batch}" for s, c in plan.shapes[i:]]
+    return skipped
+
+
 def run_bench(profile: str, out_dir: Path) -> list[Path]:
+    from decodelab.device import collect_info
     from decodelab.kernel_build import load_persistent
 
     t0 = time.perf_counter()
+    device = collect_info()  # before any kernel runs: a sticky fault later cannot hide the device
     built = load_persistent()
     print(f"[persistent] kernels for {built.arch}: {built.build_s:.1f} s "
           f"({'cached' if built.cached else 'compiled'})", flush=True)
@@ -195,26 +271,27 @@ def run_bench(profile: str, out_dir: Path) -> list[Path]:
     attrs = dict(built.module.device_attrs())
     barriers = measure_barriers(built.module, attrs["sms"])
     print(f"[persistent] barriers measured at {time.perf_counter() - t0:.1f} s", flush=True)
-    rows, skipped = [], []
-    for sweep, cfg in plan.shapes:
-        if time.perf_counter() - t0 > plan.budget_s:
-            skipped.append(f"{sweep}:H{cfg.hidden}L{cfg.layers}B{cfg.batch}")
-            continue
-        print(f"[persistent] {sweep} H={cfg.hidden} L={cfg.layers} B={cfg.batch} "
-              f"at {time.perf_counter() - t0:.1f} s", flush=True)
-        w = toy.make_weights(cfg, "cuda")
-        x0 = toy.initial_state(cfg, "cuda")
-        ref = toy.run_eager(w, x0, plan.n_validate)
-        rows += _variant_rows(sweep, cfg, w, x0, ref, plan, barriers, attrs, built.build_s)
-        if sweep != "tune":
-            rows += _graph_rows(sweep, cfg, w, x0, ref, plan, built.build_s)
+
+    def proven(sweep, cfg, w, x0, ref):
+        rows = _variant_rows(sweep, cfg, w, x0, ref, plan, barriers, attrs, built.build_s, 1)
+        return rows + ([] if sweep == "tune" else _graph_rows(sweep, cfg, w, x0, ref, plan,
+                                                              built.build_s))
+
+    def second(sweep, cfg, w, x0, ref):
+        return _variant_rows(sweep, cfg, w, x0, ref, plan, barriers, attrs, built.build_s, 2)
+
+    rows: list[dict] = []
+    skipped = _shape_pass(plan, t0, plan.budget_s, proven, rows, strict=True)
+    skipped += [f"v2:{s}" for s in _shape_pass(plan, t0, plan.budget_v2_s, second, rows,
+                                               strict=False)]
     if skipped:
-        print(f"[persistent] time budget {plan.budget_s:.0f} s spent; skipped {', '.join(skipped)}",
+        print(f"[persistent] not measured (time budget or error): {', '.join(skipped)}",
               flush=True)
     config = {"plan": plan, "device_attrs": attrs, "arch": built.arch, "module": built.name,
               "build_s": built.build_s, "build_cached": built.cached, "skipped": skipped}
-    paths = [write_table("persistent", rows, out_dir=out_dir, config=config, profile=profile),
+    paths = [write_table("persistent", rows, out_dir=out_dir, config=config, profile=profile,
+                         info=device),
              write_table("persistent_barriers", barriers, out_dir=out_dir, config=config,
-                         profile=profile)]
+                         profile=profile, info=device)]
     print(f"[persistent] bench done in {time.perf_counter() - t0:.1f} s", flush=True)
     return paths

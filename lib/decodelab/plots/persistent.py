@@ -7,11 +7,20 @@ import pandas as pd
 
 from decodelab.plots import origin_label
 
-PERSISTENT = ("block", "grid", "cluster")
+PERSISTENT = ("block", "grid", "cluster", "block_v2", "grid_v2", "cluster_v2")
 GRAPHS = ("graph_k1", "graph_best")
 LABELS = {"block": "persistent: block", "grid": "persistent: grid (cooperative)",
-          "cluster": "persistent: cluster (sm_90)", "graph_k1": "graph replay, 1 step",
-          "graph_best": "graph replay, best K steps"}
+          "cluster": "persistent: cluster (sm_90)", "block_v2": "persistent: block v2",
+          "grid_v2": "persistent: grid v2", "cluster_v2": "persistent: cluster v2",
+          "graph_k1": "graph replay, 1 step", "graph_best": "graph replay, best K steps"}
+
+
+def timed(frame: pd.DataFrame) -> pd.DataFrame:
+    """Persistent-kernel rows that were validated and timed (a failed variant has no timing)."""
+    rows = frame[frame["variant"].isin(PERSISTENT)].dropna(subset=["us_per_step"])
+    if "validated" in rows:
+        rows = rows[rows["validated"].astype(str) == "True"]
+    return rows
 
 
 def _origin_suffix(frame: pd.DataFrame) -> str:
@@ -24,6 +33,7 @@ def steps_vs_hidden(frame: pd.DataFrame) -> plt.Figure:
     """Steps/s against hidden size (B=1, L=4) per variant, with graph replay on the same shapes."""
     rows = frame[(frame["sweep"] == "hidden")]
     fig, ax = plt.subplots()
+    rows = pd.concat([timed(rows), rows[rows["variant"].isin(GRAPHS)]])
     for variant in (*PERSISTENT, *GRAPHS):
         sub = rows[rows["variant"] == variant].sort_values("hidden")
         if len(sub):
@@ -39,21 +49,28 @@ def steps_vs_hidden(frame: pd.DataFrame) -> plt.Figure:
 
 
 def model_vs_measured(frame: pd.DataFrame) -> plt.Figure:
-    """Latency model (barriers x cost + arithmetic) against measured µs/step, per variant."""
-    rows = frame[frame["variant"].isin(PERSISTENT)].dropna(subset=["model_us"])
+    """Latency model (barriers x cost + arithmetic) against measurement, per variant: in SM
+    cycles (model_cycles vs the kernel's own clock64 cycles_per_step) where the table has them,
+    so the comparison does not depend on the clock the SM ran at; else in µs."""
+    rows = timed(frame)
+    in_cycles = ({"model_cycles", "cycles_per_step"} <= set(rows.columns) and
+                 len(rows.dropna(subset=["model_cycles", "cycles_per_step"])) > 0)
+    model, measured, unit = (("model_cycles", "cycles_per_step", "SM cycles") if in_cycles
+                             else ("model_us", "us_per_step", "µs"))
+    rows = rows.dropna(subset=[model, measured])
     fig, ax = plt.subplots()
     for variant in PERSISTENT:
         sub = rows[rows["variant"] == variant]
         if len(sub):
-            ax.scatter(sub["model_us"], sub["us_per_step"], label=LABELS[variant])
+            ax.scatter(sub[model], sub[measured], label=LABELS[variant])
     if len(rows):
-        lo = min(rows["model_us"].min(), rows["us_per_step"].min())
-        hi = max(rows["model_us"].max(), rows["us_per_step"].max())
+        lo = min(rows[model].min(), rows[measured].min())
+        hi = max(rows[model].max(), rows[measured].max())
         ax.plot([lo, hi], [lo, hi], "k:", label="model = measured")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("model µs/step (stages × barrier + arithmetic)")
-    ax.set_ylabel("measured µs/step")
+    ax.set_xlabel(f"model {unit}/step (stages × barrier + arithmetic)")
+    ax.set_ylabel(f"measured {unit}/step")
     ax.set_title("Latency model against measurement" + _origin_suffix(rows))
     ax.legend(fontsize="small")
     return fig
@@ -63,8 +80,8 @@ def regime_shift(frame: pd.DataFrame) -> plt.Figure:
     """µs/step split for B=1, L=4 shapes: barrier time, arithmetic, and the rest of the step,
     next to the single-step graph replay (replay gone, compute left)."""
     rows = frame[(frame["sweep"] == "hidden")]
-    best = (rows[rows["variant"].isin(PERSISTENT)].sort_values("us_per_step")
-            .groupby("hidden", as_index=False).first())
+    best = timed(rows).sort_values("us_per_step").groupby("hidden", as_index=False).head(1)
+    best = best.sort_values("hidden").reset_index(drop=True)
     graph = rows[rows["variant"] == "graph_k1"].set_index("hidden")["us_per_step"]
     fig, ax = plt.subplots()
     if len(best):
