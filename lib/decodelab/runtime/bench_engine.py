@@ -6,8 +6,11 @@ Tables:
   eager ``decode`` on a CPU, at the engine run's mean context), ``engine`` (everything on), and
   the engine with one technique switched off: ``no_graphs``, ``no_async_output``,
   ``no_static_inputs``. Wall per step (one sync per chunk of steps), host time per step from
-  the engine's own breakdown, the ratio to ``bare_forward``, the sampler's device time and its
-  share of the step, kernels and launches per step (profiler; NaN where unavailable).
+  the engine's own breakdown, the ratio to ``bare_forward``, the sampler's device time alone
+  and its share of the step (``sampler_share``), the host time of the sample phase inside the
+  loop over the step (``sample_phase_share``: on a CPU, where the sampler's work is host work
+  and runs with cold caches after the forward, this is the share that counts), kernels and
+  launches per step (profiler; NaN where unavailable).
 - ``runtime_steps``: the per-step breakdown (µs per phase) of the ``engine`` run and of a run
   with ``sync_phases`` (each phase then includes its device time).
 - ``runtime_sampler``: the sampler alone on the bench logits: partial selection vs full sort
@@ -108,6 +111,20 @@ def _setup(cfg: RuntimeBenchConfig, dev: torch.device):
 def bench(profile: str, out_dir: Path) -> list[Path]:
     cfg = RuntimeBenchConfig.for_profile(profile)
     dev = torch.device("cuda" if cfg.profile == "gpu" and has_cuda() else "cpu")
+    if dev.type == "cuda":
+        return _bench(cfg, dev, out_dir)
+    # The tiny model's CPU step is a few hundred small ops: one thread, as in bench_model,
+    # so that thread-pool wake-ups do not dominate (and scatter) every phase of the step.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _bench(cfg, dev, out_dir)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Path]:
+    profile = cfg.profile
     t_start = time.perf_counter()
     model, graphs = _setup(cfg, dev)
     base = EngineConfig(max_num_seqs=max(cfg.batches), max_model_len=cfg.max_model_len,

@@ -243,6 +243,7 @@ def runtime_row(variant: str, batch: int, res: RunResult, bare: RunResult,
                 sample_phase_us=med(lambda r: r.sample), sync_wait_us=med(lambda r: r.sync_wait),
                 tokens_per_s=batch / wall, ratio_to_bare=wall / bare.wall,
                 sampler_device_us=sampler_s * 1e6, sampler_share=sampler_s / wall,
+                sample_phase_share=med(lambda r: r.sample) * 1e-6 / wall,
                 device_ops_per_step=res.device_ops, launches_per_step=res.launches,
                 target_ratio=1.10, target_sampler_share=0.03)
 

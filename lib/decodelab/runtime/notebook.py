@@ -126,6 +126,7 @@ def summary(tables: dict[str, pd.DataFrame]) -> str:
             f"(**{eng['ratio_to_bare']:.2f}x**, target ≤ {eng['target_ratio']:.2f}x); "
             f"sampler {eng['sampler_device_us']:.0f} µs of device time = "
             f"**{100 * eng['sampler_share']:.1f}%** of the step (target ≤ "
-            f"{100 * eng['target_sampler_share']:.0f}%); host time outside the forward "
-            f"{eng['orchestration_us']:.0f} µs per step.")
+            f"{100 * eng['target_sampler_share']:.0f}%), while inside the loop the sample "
+            f"phase takes {100 * eng['sample_phase_share']:.1f}% of the step in host time; "
+            f"host time outside the forward {eng['orchestration_us']:.0f} µs per step.")
     return "\n".join(lines)
