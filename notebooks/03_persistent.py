@@ -28,6 +28,13 @@
 # - **cluster** (Hopper, sm_90): the blocks of a row form a thread-block cluster, each writes its
 #   slice of the state straight into every peer's shared memory, `cluster.sync()` between stages.
 #
+# Each has a second version (`block_v2`, `grid_v2`, `cluster_v2`, `kernels/persistent_v2.cuh`)
+# with the same state exchange and a different work split inside a stage: the first version
+# gives every output column a fixed number of lanes set by H alone, so a stage with many
+# columns runs several rounds, each ending in a chain of shuffles; the second picks the lanes per
+# column for each stage so that the columns fit in one round. The first versions stay as the
+# proven baseline; a second version that fails validation is recorded as such and not timed.
+#
 # Every variant is checked against the eager torch reference before it is timed: identical
 # tokens over the validation run, states within a tolerance scaled to their magnitude, and the
 # stop token handled exactly. The kernels need a CUDA GPU: on a CPU machine this notebook shows
@@ -43,7 +50,7 @@ from IPython.display import Markdown, display
 
 from decodelab import paths, plots
 from decodelab.device import has_cuda
-from decodelab.persistent import NotebookParams, bench, seed_comparison
+from decodelab.persistent import NotebookParams, bench, clock_summary, seed_comparison
 from decodelab.plots import persistent as persistent_plots
 from decodelab.results import has_table, load_table
 
@@ -108,13 +115,18 @@ if frame is not None:
 #
 # With the host loop gone, a step is a chain of stages (L layers and the output projection with
 # its argmax), each ended by a barrier. The model is `stages × measured barrier cost +
-# arithmetic at the peak FMA rate of the SMs in use`. Points above the diagonal are slower than
-# the model: the rest is latency the model leaves out (shared-memory loads, shuffles, `tanh`).
+# arithmetic at the peak FMA rate of the SMs in use`, counted in SM cycles: every kernel reads
+# its own clock (`clock64` and the global nanosecond timer, by one thread around the step loop),
+# so the measured side is cycles per step and the barriers are in cycles too. Comparing cycles
+# keeps the question "is the SM clock low?" apart from "is the step long?"; the clock the SMs
+# actually ran at is printed below. Points above the diagonal are slower than the model: the
+# rest is latency the model leaves out (shared-memory loads, shuffles, `tanh`).
 
 # %%
 if frame is not None:
     fig = persistent_plots.model_vs_measured(frame)
     plots.save(fig, "03_model_vs_measured")
+    display(Markdown(clock_summary(frame, barriers)))
 if barriers is not None:
     fig = persistent_plots.barrier_costs(barriers)
     plots.save(fig, "03_barrier_costs")
@@ -132,7 +144,7 @@ if barriers is not None:
 if frame is not None:
     fig = persistent_plots.regime_shift(frame)
     plots.save(fig, "03_regime_shift")
-    kernels = frame[frame["variant"].isin(["block", "grid", "cluster"])]
+    kernels = persistent_plots.timed(frame)
     host = kernels["host_fraction"].median()
     display(Markdown(f"Host CPU time during a persistent run: median {host:.1%} of the run's "
                      "wall time (one launch per N steps: the host loop is gone)."))

@@ -204,14 +204,18 @@ def _synthetic_frames():
                          "cycles_per_step": 2e9 / sps if kernel else float("nan"),
                          "barriers_per_step": 5 if kernel else 0,
                          "barrier_us": 0.05 if kernel else float("nan"),
-                         "host_fraction": 0.01, "validated": True, "origin": "reference/h200"})
+                         "host_fraction": 0.01, "validated": True, "error": "",
+                         "threads": 512, "blocks": 1,
+                         "sm_clock_ghz": 1.9 if kernel else float("nan"),
+                         "origin": "reference/h200"})
         # A second version that failed validation: a row, no timing; never the best.
         rows.append({"sweep": "hidden", "variant": "cluster_v2", "hidden": h, "layers": 4,
                      "batch": 1, "vocab": 256, "steps_per_s": float("nan"),
                      "us_per_step": float("nan"), "model_us": 0.5, "model_cycles": 900.0,
                      "cycles_per_step": float("nan"), "barriers_per_step": 5,
                      "barrier_us": 0.05, "host_fraction": float("nan"), "validated": False,
-                     "origin": "reference/h200"})
+                     "error": "AssertionError: token differs", "threads": 256, "blocks": 8,
+                     "sm_clock_ghz": float("nan"), "origin": "reference/h200"})
     barriers = pd.DataFrame([{"barrier": "syncthreads", "threads": t, "blocks": 1, "us": 0.02}
                              for t in (256, 512)] +
                             [{"barrier": "grid_sync", "threads": 256, "blocks": b, "us": 1.0}
@@ -238,3 +242,77 @@ def test_seed_comparison_on_synthetic_frame():
     ul = table[table["config"] == "ultra-light"].iloc[0]
     assert ul["best_variant"] == "cluster" and math.isclose(ul["x_graph_k1"], 1e6 / 5e4)
     assert not ul["meets_target"]
+
+
+def test_clock_summary_on_synthetic_frame():
+    frame, barriers = _synthetic_frames()
+    barriers["sm_clock_ghz"] = 1.5
+    text = persistent.clock_summary(frame, barriers)
+    assert "1.90 GHz" in text and "1.50 GHz" in text
+    assert "not validated, not timed: cluster_v2" in text
+    old = frame.drop(columns=["cycles_per_step"])
+    assert "no in-kernel clock" in persistent.clock_summary(old, None)
+
+
+# ---- CPU simulation of the second-version work split (kernels/persistent_v2.cuh) ----------
+K_MAX = 32
+
+
+def _geo_v2(threads: int, cols: int, h: int) -> tuple[int, int, int]:
+    """Python port of toyk::geo: lanes per column P, inputs per lane K, rounds R."""
+    def lanes_ok(p: int) -> bool:
+        return h % p == 0 and (h // p) % 4 == 0
+
+    p = 1
+    while p * 2 <= 32 and cols * p * 2 <= threads and lanes_ok(p * 2):
+        p *= 2
+    while h // p > K_MAX and p * 2 <= 32 and lanes_ok(p * 2):
+        p *= 2
+    return p, h // p, (cols * p + threads - 1) // threads
+
+
+def _stage_v2(x: torch.Tensor, w: torch.Tensor, threads: int, g: int, n_groups: int) -> torch.Tensor:
+    """One stage of block g of n_groups as the kernel computes it: weights packed as
+    smem[((r * K + k) * T + t] = w[p*K + k, g*C + col] (col = r*(T/P) + t/P), partial sums per
+    thread, xor-shuffle reduction over the P lanes of a column (P | 32: inside one warp)."""
+    h, width = w.shape
+    cols = width // n_groups
+    p_lanes, k_in, rounds = _geo_v2(threads, cols, h)
+    packed = torch.zeros(rounds, k_in, threads, dtype=w.dtype)
+    for r in range(rounds):
+        for k in range(k_in):
+            for t in range(threads):
+                col = r * (threads // p_lanes) + t // p_lanes
+                if col < cols:
+                    packed[r, k, t] = w[(t % p_lanes) * k_in + k, g * cols + col]
+    out = torch.full((cols,), float("nan"), dtype=w.dtype)
+    for r in range(rounds):
+        partial = torch.zeros(threads, dtype=w.dtype)
+        for t in range(threads):
+            p = t % p_lanes
+            partial[t] = sum(x[p * k_in + k] * packed[r, k, t] for k in range(k_in))
+        off = p_lanes // 2
+        while off:  # __shfl_xor_sync: every lane adds its partner's value
+            partial = partial + partial[torch.arange(threads) ^ off]
+            off //= 2
+        for t in range(threads):
+            col = r * (threads // p_lanes) + t // p_lanes
+            assert t // 32 == (t ^ (p_lanes - 1)) // 32  # a column's lanes share one warp
+            if col < cols and t % p_lanes == 0:
+                assert math.isnan(out[col])  # each column written exactly once
+                out[col] = partial[t]
+    return out
+
+
+@pytest.mark.parametrize(("h", "width", "threads", "groups"), [
+    (64, 64, 512, 1), (64, 256, 512, 1), (32, 256, 512, 1), (16, 256, 256, 1),
+    (256, 256, 256, 8), (256, 256, 512, 8), (128, 512, 256, 2), (1024, 256, 256, 16),
+    (12, 40, 256, 1)])
+def test_v2_work_split_simulated(h: int, width: int, threads: int, groups: int):
+    gen = torch.Generator().manual_seed(h + width)
+    x = torch.randn(h, dtype=torch.float64, generator=gen)
+    w = torch.randn(h, width, dtype=torch.float64, generator=gen)
+    p_lanes, k_in, _ = _geo_v2(threads, width // groups, h)
+    assert k_in % 4 == 0 and k_in <= K_MAX and 32 % p_lanes == 0  # float4 loads, register chunk
+    got = torch.cat([_stage_v2(x, w, threads, g, groups) for g in range(groups)])
+    torch.testing.assert_close(got, x @ w)

@@ -279,6 +279,43 @@ def seed_comparison(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def clock_summary(frame: pd.DataFrame, barriers: pd.DataFrame | None) -> str:
+    """Markdown: the SM clock the kernels ran at (their own clock64 / globaltimer), cycles per
+    step against the model's cycles on the named configs, and variants that failed validation."""
+    if "cycles_per_step" not in frame or frame["cycles_per_step"].isna().all():
+        return "These results carry no in-kernel clock (recorded before the run clock existed)."
+    kernels = frame[frame["variant"].isin(VARIANTS)].dropna(subset=["cycles_per_step"])
+    lines = []
+    for origin, sub in kernels.groupby("origin" if "origin" in kernels else "device"):
+        ghz = sub["sm_clock_ghz"]
+        line = (f"- {origin}: SM clock during the persistent runs {ghz.median():.2f} GHz "
+                f"(median; {ghz.min():.2f}–{ghz.max():.2f} over {len(sub)} runs)")
+        if barriers is not None and "sm_clock_ghz" in barriers:
+            same = barriers[barriers["origin"] == origin] if "origin" in barriers else barriers
+            bar = same["sm_clock_ghz"].dropna()
+            if len(bar):
+                line += f"; during the barrier microbenchmarks {bar.median():.2f} GHz"
+        lines.append(line + ".")
+        for name in SEED_CLAIMS:
+            cfg = toy.named(name)
+            shape = sub[(sub["hidden"] == cfg.hidden) & (sub["layers"] == cfg.layers)
+                        & (sub["batch"] == cfg.batch) & (sub["vocab"] == cfg.vocab)]
+            if shape.empty:
+                continue
+            best = shape.loc[shape["us_per_step"].idxmin()]
+            lines.append(f"  - {name}: fastest {best['variant']} ({best['threads']} threads, "
+                         f"{best['blocks']} blocks) {best['us_per_step']:.3f} µs/step = "
+                         f"{best['cycles_per_step']:,.0f} cycles/step, model "
+                         f"{best['model_cycles']:,.0f} cycles "
+                         f"({best['cycles_per_step'] / best['model_cycles']:.1f}× the model).")
+    if "validated" in frame:
+        failed = frame[frame["variant"].isin(VARIANTS) & (frame["validated"].astype(str) != "True")]
+        for row in failed.itertuples():
+            lines.append(f"- not validated, not timed: {row.variant} at H={row.hidden} "
+                         f"L={row.layers} B={row.batch} ({row.error}).")
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True, slots=True)
 class NotebookParams:
     """Parameters of notebook 03_persistent."""
