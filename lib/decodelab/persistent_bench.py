@@ -115,6 +115,20 @@ def measure_barriers(ext, sms: int) -> list[dict]:
     return rows
 
 
+def warm_up(seconds: float = 0.3) -> dict:
+    """Keep the GPU busy for about ``seconds`` with one persistent launch before anything is
+    timed (clocks ramp up under load; nothing is set), and report the SM clock it ran at."""
+    cfg = toy.named("ultra-light")
+    w, x0 = toy.make_weights(cfg, "cuda"), toy.initial_state(cfg, "cuda")
+    kcfg = persistent.KernelConfig("block")
+    probe = persistent.run(w, x0, 20_000, kcfg=kcfg)
+    _, ns = (int(v) for v in probe.clock.cpu())
+    n_steps = int(min(5_000_000, max(20_000, seconds / max(ns * 1e-9 / 20_000, 1e-9))))
+    cycles, ns = (int(v) for v in persistent.run(w, x0, n_steps, kcfg=kcfg).clock.cpu())
+    return {"steps": n_steps, "seconds": ns * 1e-9,
+            "sm_clock_ghz": cycles / ns if ns > 0 else float("nan")}
+
+
 def _time_launches(fn, n_steps: int, repeats: int) -> dict:
     t = time_cuda(fn, TimingConfig(warmup=1, repeats=repeats, inner=1))
     dev, wall, host = t.device_stats(), t.wall_stats(), t.host_stats()
@@ -269,6 +283,9 @@ def run_bench(profile: str, out_dir: Path) -> list[Path]:
           f"({'cached' if built.cached else 'compiled'})", flush=True)
     plan = sweep_plan(profile)
     attrs = dict(built.module.device_attrs())
+    warm = warm_up()
+    print(f"[persistent] warm-up {warm['seconds']:.2f} s: SM clock {warm['sm_clock_ghz']:.2f} GHz "
+          f"(device attribute: {attrs['clock_khz'] / 1e6:.2f} GHz)", flush=True)
     barriers = measure_barriers(built.module, attrs["sms"])
     print(f"[persistent] barriers measured at {time.perf_counter() - t0:.1f} s", flush=True)
 
@@ -287,7 +304,8 @@ def run_bench(profile: str, out_dir: Path) -> list[Path]:
     if skipped:
         print(f"[persistent] not measured (time budget or error): {', '.join(skipped)}",
               flush=True)
-    config = {"plan": plan, "device_attrs": attrs, "arch": built.arch, "module": built.name,
+    config = {"plan": plan, "device_attrs": attrs, "warm_up": warm, "arch": built.arch,
+              "module": built.name,
               "build_s": built.build_s, "build_cached": built.cached, "skipped": skipped}
     paths = [write_table("persistent", rows, out_dir=out_dir, config=config, profile=profile,
                          info=device),
