@@ -17,6 +17,11 @@
 //             every block's shared memory (distributed shared memory); cluster.sync() between
 //             stages. Compiled for sm_90 only (#if __CUDA_ARCH__ >= 900); on older GPUs the
 //             launcher refuses it.
+//   block_v2, grid_v2, cluster_v2 - the second version of the kernel (persistent_v2.cuh, same
+//             state exchange, one reduction round per output column); the host side here
+//             plans and launches both versions (variant codes 3..5, see persistent.cuh).
+// Every variant reads its run clock: clock64 and %globaltimer by thread 0 of block 0 around the
+// step loop, returned through ToyArgs::clock so the host can tell cycles per step and SM clock.
 //
 // Work split of one stage (a matrix-vector product with H inputs and C output columns in this
 // block): P = lanes per column (power of two <= 32, about H/8), each lane owns a contiguous
@@ -30,6 +35,7 @@
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -o persistent_check \
 //        kernels/persistent.cu kernels/persistent_check.cu && ./persistent_check
 //   nvcc -O3 -std=c++17 -arch=sm_75 -c kernels/persistent.cu    (portable variants only)
+//   add -Xptxas -v to see registers and spills per instantiation
 // From Python: decodelab.persistent (built by decodelab.kernel_build with the torch binding).
 #include "persistent.cuh"
 
