@@ -54,7 +54,7 @@ def sweep_plan(profile: str) -> SweepPlan:
     shapes += [("batch", cfg(h, 4, b)) for h in (64, 256) for b in (8, 32)]
     # Launch alternatives (threads, blocks per row) on the two named shapes.
     shapes[2:2] = [("tune", cfg(64, 4, 1)), ("tune", cfg(256, 4, 1))]
-    return SweepPlan(tuple(shapes), 1000, (16, 64), 5e-3, 5, 62.0, 86.0)
+    return SweepPlan(tuple(shapes), 1000, (16, 64), 5e-3, 5, 66.0, 88.0)
 
 
 def latency_model_cycles(stages: int, barrier_cycles: float, flops: float, blocks: int,
