@@ -55,7 +55,10 @@ def tables(busy_graph: float = BUSY) -> dict[str, pd.DataFrame]:
                    "steps_per_s": 1e6 / us, "barriers_per_step": BARRIERS if v != "graph_k1" else 0,
                    "barrier_us": {"block": BARRIER_US, "grid": 0.5}.get(v, math.nan)}
                   for v, h, us in (("block", 64, 0.4), ("grid", 64, 0.9), ("block", 256, 1.5),
-                                   ("grid", 256, 2.5), ("graph_k1", 64, 0.01))]
+                                   ("grid", 256, 2.5), ("graph_k1", 64, 0.01),
+                                   ("block_v2", 64, math.nan), ("grid_v2", 64, 0.05))]
+    for row in persistent:  # a failed variant is recorded untimed; one timed but not validated
+        row["validated"] = row["variant"] not in ("block_v2", "grid_v2")
     model = [{"mode": m, "batch": b, "context": c, "ms_per_token": wall,
               "device_ms_per_step": span}
              for m, b, c, wall, span in (("graph", 1, 512, *MODEL[1]), ("graph", 32, 512, *MODEL[32]),

@@ -152,13 +152,23 @@ def multistep(tables: Tables, h: Headline) -> Regime:
         Term("compute", busy, NAN, NAN, bsrc, "GPU-busy time of the same step (profiler)")))
 
 
-def persistent(tables: Tables, h: Headline) -> Regime:
-    cfg = named(h.toy_config)
+def persistent_kernels(tables: Tables, config: str) -> tuple[pd.DataFrame, dict, str]:
+    """Validated, timed persistent-kernel rows of a toy config (not the graph peers measured
+    alongside them, not variants that failed validation)."""
+    cfg = named(config)
     where = {"hidden": cfg.hidden, "layers": cfg.layers, "batch": cfg.batch}
-    frame, _ = tables.rows("persistent", where, ["variant", "us_per_step"])
-    frame = frame[~frame["variant"].astype(str).str.startswith("graph")]  # phase 2 peers
-    if frame.empty:
-        raise MissingData(f"no persistent-kernel variant in {selector_of('persistent', tables.origin, where)}")
+    frame, src = tables.rows("persistent", where, ["variant", "us_per_step"])
+    keep = ~frame["variant"].astype(str).str.startswith("graph")
+    keep &= pd.to_numeric(frame["us_per_step"], errors="coerce").notna()
+    if "validated" in frame.columns:
+        keep &= frame["validated"].astype(str) == "True"
+    if not keep.any():
+        raise MissingData(f"no validated, timed persistent-kernel variant in {src}")
+    return frame[keep], where, src
+
+
+def persistent(tables: Tables, h: Headline) -> Regime:
+    frame, where, _ = persistent_kernels(tables, h.toy_config)
     best = frame.loc[frame["us_per_step"].astype(float).idxmin()]
     src = selector_of("persistent", tables.origin, {**where, "variant": best["variant"]})
     step = _num(best, "us_per_step")

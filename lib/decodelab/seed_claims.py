@@ -18,8 +18,7 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from decodelab.layers import Headline, MissingData, Regime, Tables, decompose, fmt_us
-from decodelab.regimes import multistep_fit
-from decodelab.toy import named
+from decodelab.regimes import multistep_fit, persistent_kernels
 
 SEED_SOURCE = "seed 004 (README of the layered decode study), ../shared/seeds/004_*.txt"
 SEED_HARDWARE = "one SM75 GPU (seed)"
@@ -84,12 +83,7 @@ def _replay_per_step(tables: Tables, h: Headline) -> tuple[float, str]:
 
 def _persistent(config: str) -> Callable[[Tables, Headline], tuple[float, str]]:
     def measure(tables: Tables, _: Headline) -> tuple[float, str]:
-        cfg = named(config)
-        where = {"hidden": cfg.hidden, "layers": cfg.layers, "batch": cfg.batch}
-        frame, src = tables.rows("persistent", where, ["variant", "us_per_step"])
-        kernels = frame[~frame["variant"].astype(str).str.startswith("graph")]  # not the peers
-        if kernels.empty:
-            raise MissingData(f"no persistent-kernel variant in {src}")
+        kernels, _, src = persistent_kernels(tables, config)
         return 1e6 / float(kernels["us_per_step"].min()), f"fastest kernel variant of {src}"
     return measure
 
