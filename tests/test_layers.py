@@ -77,6 +77,14 @@ def test_a_missing_column_is_named():
     assert any("eager" in n and "device_us_per_step" in n for n in notes)
 
 
+def test_a_non_finite_measurement_is_a_note():
+    frames = synthetic.tables()
+    frames["dispatch"]["wall_us_per_step"] = float("nan")
+    regimes, notes = decompose(Tables(frames, synthetic.ORIGIN))
+    assert "eager" not in [r.name for r in regimes]
+    assert any(n.startswith("eager: dispatch[") and "no finite value" in n for n in notes)
+
+
 def test_rows_of_another_origin_are_not_used():
     frames = synthetic.tables()
     regimes, notes = decompose(Tables(frames, "reference/t4"))

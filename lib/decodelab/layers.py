@@ -169,9 +169,16 @@ def decompose(tables: Tables, headline: Headline = Headline()) -> tuple[list[Reg
     regimes, notes = [], []
     for name in REGIMES:
         try:
-            regimes.append(BUILDERS[name](tables, headline))
+            regime = BUILDERS[name](tables, headline)
         except MissingData as exc:
             notes.append(f"{name}: {exc}")
+            continue
+        bad = [t.layer for t in regime.terms if not math.isfinite(t.us)]
+        if bad or not math.isfinite(regime.step_us):
+            notes.append(f"{name}: {regime.source} has no finite value for "
+                         f"{', '.join(bad) or 'the step time'}")
+            continue
+        regimes.append(regime)
     return regimes, notes
 
 
