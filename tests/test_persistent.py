@@ -183,7 +183,10 @@ def test_run_clock(variant: str):
 
 
 @pytest.mark.gpu
-def test_auto_takes_v2_only_after_validation():
+def test_auto_takes_v2_only_after_validation(monkeypatch):
+    # Start from a process that has validated nothing: earlier tests validate v2 launches.
+    monkeypatch.setattr(persistent, "_VALIDATED", set())
+    monkeypatch.setattr(persistent, "_FAILED", set())
     cfg = toy.named("ultra-light")
     w, x0 = toy.make_weights(cfg, "cuda"), toy.initial_state(cfg, "cuda")
     assert persistent.resolve_variant(cfg, persistent.KernelConfig()) in persistent.PROVEN
