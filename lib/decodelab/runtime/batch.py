@@ -22,8 +22,10 @@ from decodelab.runtime.requests import Sequence
 from decodelab.runtime.sampling import (
     NO_TOP_K,
     RowParams,
+    SamplerMode,
     device_top_k,
     key_uniforms,
+    mode_of,
     row_uniforms,
     seed_keys,
 )
@@ -72,14 +74,16 @@ class StaticBatch:
         self.spare_slot, self.scratch_block = num_slots, scratch_block
         self.device = device
         pin = device.type == "cuda"
-        shape_i, shape_f = (len(INT_FIELDS), max_rows), (len(FLOAT_FIELDS), max_rows)
-        self.host_i = [torch.zeros(shape_i, dtype=torch.int64, pin_memory=pin) for _ in range(2)]
-        self.host_f = [torch.zeros(shape_f, dtype=torch.float32, pin_memory=pin) for _ in range(2)]
-        self.host_bt = [torch.zeros(max_rows, max_blocks, dtype=torch.int32, pin_memory=pin)
-                        for _ in range(2)]
-        self.dev_i = torch.zeros(shape_i, dtype=torch.int64, device=device)
-        self.dev_f = torch.zeros(shape_f, dtype=torch.float32, device=device)
-        self.dev_bt = torch.zeros(max_rows, max_blocks, dtype=torch.int32, device=device)
+        # One byte buffer holds the int, float and block-table fields (typed views of it), so a
+        # step's inputs travel in ONE pinned -> device copy; two host mirrors alternate.
+        n_i, n_f = len(INT_FIELDS) * max_rows * 8, len(FLOAT_FIELDS) * max_rows * 4
+        self._layout = (n_i, n_f, max_rows * max_blocks * 4)
+        nbytes = sum(self._layout)
+        self.host = [torch.zeros(nbytes, dtype=torch.uint8, pin_memory=pin) for _ in range(2)]
+        self.dev = torch.zeros(nbytes, dtype=torch.uint8, device=device)
+        self.host_i, self.host_f, self.host_bt = zip(*(self._typed(h) for h in self.host),
+                                                     strict=True)
+        self.dev_i, self.dev_f, self.dev_bt = self._typed(self.dev)
         self.dev_ids = torch.zeros(max_rows, dtype=torch.int64, device=device)
         self.dev_ctx32 = torch.zeros(max_rows, dtype=torch.int32, device=device)
         # last sampled token per slot (+ the spare slot of padding rows)
@@ -93,7 +97,18 @@ class StaticBatch:
         self.slot_key = np.zeros(n, dtype=np.uint64)  # seed_keys of the slot's request seed
         self.slot_pen = np.zeros(n, dtype=bool)
         self.slot_bt = np.full((n, max_blocks), scratch_block, dtype=np.int32)
+        self.slot_prompt = np.zeros(n, dtype=np.int64)  # prompt length (position of token 0)
         self._flip = 0
+        self._arange = np.arange(max_rows)
+        self._views_of: dict[int, StepInputs] = {}  # bucket -> the static views (fixed)
+        self._modes: dict[tuple[bytes, int, int], SamplerMode] = {}  # reset at each assign
+
+    def _typed(self, buf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(ints (5, R) int64, floats (7, R) float32, block tables (R, M) int32) views."""
+        n_i, n_f, _ = self._layout
+        return (buf[:n_i].view(torch.int64).view(len(INT_FIELDS), self.max_rows),
+                buf[n_i:n_i + n_f].view(torch.float32).view(len(FLOAT_FIELDS), self.max_rows),
+                buf[n_i + n_f:].view(torch.int32).view(self.max_rows, self.max_blocks))
 
     def assign(self, seq: Sequence) -> None:
         """Record an admitted sequence's parameters and blocks in its slot's host tables."""
@@ -102,6 +117,8 @@ class StaticBatch:
                           p.presence_penalty, p.frequency_penalty)
         self.slot_topk[k], self.slot_keff[k] = p.top_k, device_top_k(p.top_k)
         self.slot_key[k], self.slot_pen[k] = seed_keys(np.array([seq.seed]))[0], p.uses_penalties
+        self.slot_prompt[k] = seq.num_prompt
+        self._modes.clear()
         self.slot_bt[k] = self.scratch_block
         self.set_blocks(seq, 0)
 
@@ -109,48 +126,72 @@ class StaticBatch:
         """Copy ``seq.blocks[first:]`` (new blocks) into its slot's block table."""
         self.slot_bt[seq.slot, first:len(seq.blocks)] = seq.blocks[first:]
 
-    def mode_inputs(self, slots: np.ndarray) -> tuple[list[bool], list[int], list[bool]]:
-        """(greedy, top_k, penalties) of the rows in these slots, for ``choose_mode``."""
-        return ((self.slot_f[slots, 0] == 0).tolist(), self.slot_topk[slots].tolist(),
-                self.slot_pen[slots].tolist())
+    def mode(self, slots: np.ndarray, vocab: int, max_partial: int) -> SamplerMode:
+        """``choose_mode`` of the rows in these slots, vectorised over the slot tables and
+        remembered per set of slots until the next admission changes a slot's parameters."""
+        key = (slots.tobytes(), vocab, max_partial)
+        mode = self._modes.get(key)
+        if mode is None:
+            mode = self._modes[key] = self._mode(slots, vocab, max_partial)
+        return mode
 
-    def prepare(self, rows: list[Sequence], bucket: int, *, static: bool = True) -> StepInputs:
-        """Fill the next mirror for ``rows`` (padded to ``bucket``) and start its copy."""
+    def _mode(self, slots: np.ndarray, vocab: int, max_partial: int) -> SamplerMode:
+        sampling = self.slot_f[slots, 0] != 0
+        ks = self.slot_topk[slots][sampling]
+        return mode_of(ks.size == 0, bool(self.slot_pen[slots].any()),
+                       int(ks.min()) if ks.size else 0, int(ks.max()) if ks.size else 0,
+                       vocab, max_partial)
+
+    def prepare(self, rows: list[Sequence], bucket: int, *, static: bool = True
+                ) -> tuple[StepInputs, np.ndarray]:
+        """Fill the next mirror for ``rows`` (padded to ``bucket``) and start its copy.
+        Returns the device views and the rows' slots (host, (bucket,))."""
         k = self._flip
         self._flip ^= 1
-        hi, hf, hbt = self.host_i[k].numpy(), self.host_f[k].numpy(), self.host_bt[k].numpy()
+        hi, hf, hbt = (t.numpy() for t in (self.host_i[k], self.host_f[k], self.host_bt[k]))
         n, bs = len(rows), self.block_size
         slots = np.full(bucket, self.spare_slot, dtype=np.int64)
         slots[:n] = [s.slot for s in rows]
         launched = np.zeros(bucket, dtype=np.int64)
         launched[:n] = [s.launched for s in rows]
-        pos = np.zeros(bucket, dtype=np.int64)
-        pos[:n] = [s.context_launched - 1 for s in rows]  # input: the last launched token
+        # input: the last launched token, at position prompt + launched - 1 (padding: 0)
+        pos = self.slot_prompt[slots] + launched - 1
+        pos[n:] = 0
         bt = self.slot_bt[slots]  # (bucket, max_blocks)
-        mapping = bt[np.arange(bucket), pos // bs].astype(np.int64) * bs + pos % bs
+        mapping = bt[self._arange[:bucket], pos // bs].astype(np.int64) * bs + pos % bs
         mapping[n:] = -1  # padding rows write nothing
         hi[0, :bucket], hi[1, :bucket], hi[2, :bucket] = slots, pos, mapping
         hi[3, :bucket], hi[4, :bucket] = pos + 1, self.slot_keff[slots]
         hf[:6, :bucket] = self.slot_f[slots].T
         hf[6, :bucket] = key_uniforms(self.slot_key[slots], launched)
         hbt[:bucket] = bt
-        if static:
-            # Whole mirrors: one contiguous pinned -> device copy each (a strided slice would
-            # be staged through pageable memory and copied synchronously).
-            self.dev_i.copy_(self.host_i[k], non_blocking=True)
-            self.dev_f.copy_(self.host_f[k], non_blocking=True)
-            self.dev_bt.copy_(self.host_bt[k], non_blocking=True)
-            dev_i, dev_f, dev_bt = self.dev_i, self.dev_f, self.dev_bt
-            ids, ctx32 = self.dev_ids[:bucket], self.dev_ctx32[:bucket]
-            torch.index_select(self.last_token, 0, dev_i[0, :bucket], out=ids)
-            ctx32.copy_(dev_i[3, :bucket])
-        else:  # the naive way: fresh device tensors every step
+        if not static:  # the naive way: fresh device tensors every step
             dev_i = torch.tensor(hi[:, :bucket], device=self.device)
             dev_f = torch.tensor(hf[:, :bucket], device=self.device)
             dev_bt = torch.tensor(hbt[:bucket], device=self.device)
-            ids = self.last_token[dev_i[0]]
-            ctx32 = dev_i[3].to(torch.int32)
-        return self._views(dev_i, dev_f, dev_bt, ids, ctx32, bucket)
+            return self._views(dev_i, dev_f, dev_bt, self.last_token[dev_i[0]],
+                               dev_i[3].to(torch.int32), bucket), slots
+        # The whole mirror: one contiguous pinned -> device copy (a strided slice would be
+        # staged through pageable memory and copied synchronously).
+        self.dev.copy_(self.host[k], non_blocking=True)
+        return self.static_views(bucket), slots
+
+    def static_views(self, bucket: int) -> StepInputs:
+        """Views of the static device buffers for ``bucket`` rows (the same tensors every
+        step: a CUDA graph captured over them reads each step's values). ``input_ids`` and
+        ``context_lens32`` are filled by :meth:`stage`."""
+        inp = self._views_of.get(bucket)
+        if inp is None:
+            inp = self._views_of[bucket] = self._views(
+                self.dev_i, self.dev_f, self.dev_bt, self.dev_ids[:bucket],
+                self.dev_ctx32[:bucket], bucket)
+        return inp
+
+    def stage(self, bucket: int, ids: torch.Tensor, ctx32: torch.Tensor) -> None:
+        """Device side of preparing: each row's input token (the last token of its slot) into
+        ``ids`` and its context length as int32 into ``ctx32`` ((bucket,) each)."""
+        torch.index_select(self.last_token, 0, self.dev_i[0, :bucket], out=ids)
+        ctx32.copy_(self.dev_i[3, :bucket])
 
     @staticmethod
     def _views(dev_i, dev_f, dev_bt, ids, ctx32, b: int) -> StepInputs:

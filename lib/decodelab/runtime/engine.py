@@ -23,7 +23,6 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from decodelab.runtime.batch import StaticBatch, prefill_params
@@ -37,8 +36,9 @@ from decodelab.runtime.requests import (
     Status,
     validate_request,
 )
-from decodelab.runtime.sampling import PenaltyState, RowParams, choose_mode, sample
+from decodelab.runtime.sampling import PenaltyState, RowParams, choose_mode, sample_step
 from decodelab.runtime.scheduler import Plan, Scheduler, SchedulerConfig
+from decodelab.runtime.step_graphs import StepGraphs
 from decodelab.runtime.stream import RequestHandle, TokenEvent, stop_reason
 
 NAN = float("nan")
@@ -72,10 +72,13 @@ class Engine:
         self.batch = StaticBatch(rows, self.scheduler.config.blocks_needed(max_len), rows,
                                  cache.block_size, cache.scratch_block, self.device)
         self.penalties = PenaltyState.empty(rows + 1, self.vocab, self.device)
+        # stage + sampler graphs around the forward graph (only with static inputs: they
+        # read the static buffers)
+        self.step_graphs = (StepGraphs(self.graphs, self.batch, self.penalties)
+                            if self.graphs is not None and config.static_inputs else None)
         pin = self.device.type == "cuda"
-        # (2 buffers, decode columns then prefill columns)
+        # (2 buffers, decode columns then prefill columns): tokens, -1 = non-finite logits
         self.out_tok = torch.zeros(2, 2 * rows, dtype=torch.int64, pin_memory=pin)
-        self.out_bad = torch.zeros(2, 2 * rows, dtype=torch.bool, pin_memory=pin)
         self._out_flip = 0
         # one reusable event per output buffer: it marks when that buffer's copy has landed
         self._events = [torch.cuda.Event() for _ in range(2)] if pin else [None, None]
@@ -237,29 +240,41 @@ class Engine:
         return self._phase(rec, "sample", t)
 
     def _decode(self, rec: StepRecord, decode: list[Sequence], buf: int, t: float) -> float:
-        bucket = rec.bucket
-        inp = self.batch.prepare(decode, bucket, static=self.cfg.static_inputs)
+        bucket, sg = rec.bucket, self.step_graphs
+        inp, slots = self.batch.prepare(decode, bucket, static=self.cfg.static_inputs)
+        mode = self.batch.mode(slots[:len(decode)], self.vocab, self.cfg.max_partial_k)
+        if sg is None and self.cfg.static_inputs:
+            self.batch.stage(bucket, inp.input_ids, inp.context_lens32)
         t = self._phase(rec, "prepare", t)
-        args = (inp.input_ids, inp.positions, inp.slot_mapping, inp.block_tables,
-                inp.context_lens32)
-        logits = self.graphs.run(*args) if self.graphs is not None else self.model.decode(*args)
+        if sg is not None:
+            sg.stage(bucket)
+            logits = sg.forward(bucket)
+        else:
+            args = (inp.input_ids, inp.positions, inp.slot_mapping, inp.block_tables,
+                    inp.context_lens32)
+            logits = (self.graphs.run(*args) if self.graphs is not None
+                      else self.model.decode(*args))
         t = self._phase(rec, "forward", t)
-        slots = np.fromiter((s.slot for s in decode), dtype=np.int64, count=len(decode))
-        mode = choose_mode(*self.batch.mode_inputs(slots), self.vocab, self.cfg.max_partial_k)
-        self._sample_into(decode, logits, inp.params, mode, buf, 0)
+        if self.logits_hook is not None:
+            self.logits_hook(decode, logits)
+        if sg is not None:
+            out = sg.sample(bucket, mode)
+        else:
+            out = torch.empty(bucket, dtype=torch.int64, device=self.device)
+            sample_step(logits, inp.params, mode, self.penalties, self.batch.last_token, out)
+        self._copy_out(out, buf, 0, len(decode))
         return self._phase(rec, "sample", t)
 
     def _sample_into(self, rows: list[Sequence], logits: torch.Tensor, params: RowParams, mode,
                      buf: int, lo: int) -> None:
-        n = len(rows)
         if self.logits_hook is not None:
             self.logits_hook(rows, logits)
-        tokens, bad = sample(logits, params, mode, self.penalties)
-        self.batch.last_token.index_copy_(0, params.slot, tokens)
-        if mode.penalties:
-            self.penalties.record(params.slot, tokens)
-        self.out_tok[buf, lo:lo + n].copy_(tokens[:n], non_blocking=True)
-        self.out_bad[buf, lo:lo + n].copy_(bad[:n], non_blocking=True)
+        out = torch.empty(logits.shape[0], dtype=torch.int64, device=self.device)
+        sample_step(logits, params, mode, self.penalties, self.batch.last_token, out)
+        self._copy_out(out, buf, lo, len(rows))
+
+    def _copy_out(self, out: torch.Tensor, buf: int, lo: int, n: int) -> None:
+        self.out_tok[buf, lo:lo + n].copy_(out[:n], non_blocking=True)
 
     # ------------------------------------------------------------------ emit and retire
     def _process(self, pend: _Pending, rec: StepRecord) -> None:
@@ -268,11 +283,10 @@ class Engine:
             pend.event.synchronize()
             rec.sync_wait += time.perf_counter() - t0
         toks = self.out_tok[pend.buf].tolist()
-        bad = self.out_bad[pend.buf].tolist()
         for seq, col in zip(pend.rows, pend.cols, strict=True):
             if seq.status.done:
                 continue  # ended after this step was launched: its row is discarded
-            if bad[col]:
+            if toks[col] < 0:
                 self._retire(seq, Status.FAILED, "non_finite_logits",
                              f"logits of token {len(seq.output)} were not finite")
                 continue

@@ -63,19 +63,43 @@ class SamplerMode:
     all_greedy: bool
     penalties: bool
     k_cand: int  # candidates by partial selection; 0 = full sort
+    # some rows are greedy: their exact argmax needs its own full-vocabulary pass (without
+    # greedy rows the first candidate gives the row maximum, one pass fewer)
+    any_greedy: bool = True
+    # > 0: candidates by two-stage selection over chunks of this many tokens (large vocabularies)
+    chunk: int = 0
 
 
 def choose_mode(greedy: list[bool], top_k: list[int], penalties: list[bool], vocab: int,
                 max_partial: int = 1024) -> SamplerMode:
     sampling_k = [k for g, k in zip(greedy, top_k, strict=True) if not g]
-    all_greedy = not sampling_k
+    return mode_of(not sampling_k, any(penalties), min(sampling_k, default=0),
+                   max(sampling_k, default=0), vocab, max_partial, any_greedy=any(greedy))
+
+
+def mode_of(all_greedy: bool, penalties: bool, min_k: int, max_k: int, vocab: int,
+            max_partial: int = 1024, *, any_greedy: bool = True) -> SamplerMode:
+    """The mode from the sampling rows' smallest and largest top-k (0 = a row without one)."""
     k_cand = 0
-    if sampling_k and min(sampling_k) > 0:
+    if not all_greedy and min_k > 0:
         # a few shapes, not one per top-k value; strictly more candidates than any row keeps,
         # so a tie at a row's k-th candidate is resolved inside the candidate set
-        k = 1 << max(sampling_k).bit_length()
+        k = 1 << max_k.bit_length()
         k_cand = min(k, vocab) if k <= max_partial else 0
-    return SamplerMode(all_greedy, any(penalties), k_cand)
+    return SamplerMode(all_greedy, penalties, k_cand, any_greedy or all_greedy,
+                       chunk_for(vocab, k_cand))
+
+
+CHUNK = 64
+MIN_CHUNKED_VOCAB = 32768
+
+
+def chunk_for(vocab: int, k_cand: int) -> int:
+    """Two-stage selection where it reads the vocabulary once and keeps few chunks: a large
+    vocabulary that CHUNK divides, with at most a quarter of it in the kept chunks."""
+    if k_cand and vocab >= MIN_CHUNKED_VOCAB and vocab % CHUNK == 0 and 4 * k_cand * CHUNK <= vocab:
+        return CHUNK
+    return 0
 
 
 NO_TOP_K = 1 << 31  # the device-side top-k of a row without one: more than any vocabulary
@@ -142,29 +166,62 @@ def sample(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
     z = logits
     if mode.penalties and penalties is not None:
         z = apply_penalties(z.float(), p, penalties)
-    top, greedy_tok = z.max(dim=-1)  # NaN propagates into the maximum; first index on ties
-    bad = ~torch.isfinite(top)
-    if mode.all_greedy:
-        return greedy_tok.masked_fill_(bad, 0), bad
-    vals, idx = candidates(z, mode.k_cand)
-    tok = _draw(vals.float(), idx, p)
-    tokens = torch.where(p.temperature > 0, tok, greedy_tok)
+    if mode.all_greedy or mode.any_greedy:
+        top, greedy_tok = z.max(dim=-1)  # NaN propagates into the maximum; first index on ties
+        bad = ~torch.isfinite(top)
+        if mode.all_greedy:
+            return greedy_tok.masked_fill_(bad, 0), bad
+    vals, idx = candidates(z, mode.k_cand, mode.chunk)
+    if not mode.any_greedy:
+        # the first candidate is the row maximum (NaN sorts first in ``topk`` and ``sort``)
+        bad = ~torch.isfinite(vals[:, 0])
+    tokens = _draw(vals.float(), idx, p)
+    if mode.any_greedy:
+        tokens = torch.where(p.temperature > 0, tokens, greedy_tok)
     return tokens.masked_fill_(bad, 0), bad
 
 
-def candidates(z: torch.Tensor, k_cand: int) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_step(logits: torch.Tensor, p: RowParams, mode: SamplerMode, penalties: PenaltyState,
+                last_token: torch.Tensor, out: torch.Tensor) -> None:
+    """One step's sampling with its bookkeeping, all on the device (the body the engine runs
+    eagerly or captures in a CUDA graph): sample, scatter each row's token into
+    ``last_token[slot]`` (the next step's input), count it for the penalties, and write
+    ``out`` (B,) int64: the token, or -1 for a row whose logits were not finite (one array
+    for the host to copy)."""
+    tokens, bad = sample(logits, p, mode, penalties)
+    last_token.index_copy_(0, p.slot, tokens)
+    if mode.penalties:
+        penalties.record(p.slot, tokens)
+    out.copy_(tokens).masked_fill_(bad, -1)
+
+
+def candidates(z: torch.Tensor, k_cand: int, chunk: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(values, token ids) (B, K) by value descending, ties by token id ascending.
 
     The tie order is fixed so that partial selection and the full sort yield the same
-    candidates in the same order (bf16-rounded logits tie often): ``topk``'s order among
-    equal values is unspecified, so its few candidates are re-sorted (by id, then stably by
-    value)."""
+    candidates in the same order (bf16-rounded logits tie often): the selected ids are sorted,
+    then stably by value (``topk``'s own order is unspecified, so it is not asked for).
+
+    With ``chunk``, selection is two-stage: the maximum of each chunk of ``chunk`` tokens
+    (one pass over the vocabulary, many outputs: the whole device works), the K chunks with
+    the largest maxima, then the top K of those chunks' K * chunk tokens. Exact: a token of
+    the top K whose chunk is not among the K best chunks would have K larger chunk maxima,
+    i.e. K larger tokens, above it. Both selections are small per-row problems, where one
+    block per row is fast, instead of a multi-pass selection over the whole vocabulary."""
     if not k_cand:
         return torch.sort(z, dim=-1, descending=True, stable=True)
-    vals, idx = torch.topk(z, min(k_cand, z.shape[-1]), dim=-1)
-    idx, perm = idx.sort(dim=-1)
-    vals, perm2 = vals.gather(1, perm).sort(dim=-1, descending=True, stable=True)
-    return vals, idx.gather(1, perm2)
+    b, v = z.shape
+    k = min(k_cand, v)
+    if chunk:
+        best = z.view(b, v // chunk, chunk).amax(dim=-1)  # (B, V / chunk); NaN propagates
+        top = torch.topk(best, k, dim=-1, sorted=False).indices  # (B, K) chunk numbers
+        pos = (top[:, :, None] * chunk + torch.arange(chunk, device=z.device)).view(b, k * chunk)
+        idx = pos.gather(1, torch.topk(z.gather(1, pos), k, dim=-1, sorted=False).indices)
+    else:
+        idx = torch.topk(z, k, dim=-1, sorted=False).indices
+    idx = idx.sort(dim=-1).values
+    vals, perm = z.gather(1, idx).sort(dim=-1, descending=True, stable=True)
+    return vals, idx.gather(1, perm)
 
 
 def _draw(vals: torch.Tensor, idx: torch.Tensor, p: RowParams) -> torch.Tensor:
@@ -178,11 +235,13 @@ def _draw(vals: torch.Tensor, idx: torch.Tensor, p: RowParams) -> torch.Tensor:
     inv_t = torch.where(p.temperature > 0, p.temperature, 1.0).reciprocal_()[:, None]
     e = torch.exp((vals - vals[:, :1]) * inv_t)  # (B, K), e[:, 0] == 1
     c = e.cumsum(dim=-1)
-    before = torch.nn.functional.pad(c[:, :-1], (1, 0))  # c_{j-1}, exact (c_j - e_j rounds)
     total_k = c.gather(1, p.top_k.clamp(max=n_cand)[:, None] - 1)  # (B, 1) mass of the top-k
-    n_p = (before < p.top_p[:, None] * total_k).sum(dim=-1)
-    n_m = (e >= p.min_p[:, None]).sum(dim=-1)
-    # (B, 1) last kept candidate; clamped so a NaN row (counts 0) still indexes in range
-    last = torch.minimum(n_p, n_m).clamp_(min=1)[:, None] - 1
+    # Counts past the first candidate (always kept: c_{-1} = 0 < top_p * total_k and
+    # e_0 = 1 >= min_p), so the last kept index is their minimum, in [0, K-1] for any row
+    # (a NaN row included): top-p keeps j >= 1 while c_{j-1} < top_p * total_k, min-p while
+    # e_j >= min_p.
+    n_p = (c[:, :-1] < p.top_p[:, None] * total_k).sum(dim=-1, keepdim=True)
+    n_m = (e[:, 1:] >= p.min_p[:, None]).sum(dim=-1, keepdim=True)
+    last = torch.minimum(n_p, n_m)  # (B, 1)
     choice = (c < p.uniform[:, None] * c.gather(1, last)).sum(dim=-1, keepdim=True)
     return idx.gather(1, torch.minimum(choice, last)).squeeze(1)
