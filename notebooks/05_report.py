@@ -160,12 +160,13 @@ else:
 
 # %%
 def _regime_view(frame: pd.DataFrame) -> pd.DataFrame:
-    view = frame[["regime", "step_us", "dominant", "dominant_share", "runner_up",
+    view = frame[["regime", "config", "step_us", "dominant", "dominant_share", "runner_up",
                   "runner_up_share", "check"]].copy()
     view["step_us"] = view["step_us"].map(fmt_us)
     for col in ("dominant_share", "runner_up_share"):
         view[col] = view[col].map(lambda v: f"{v:.0%}" if pd.notna(v) else "")
-    return view.rename(columns={"step_us": "µs per step", "dominant_share": "share",
+    return view.rename(columns={"config": "measured at", "step_us": "µs per step",
+                                "dominant_share": "share",
                                 "runner_up": "next layer", "runner_up_share": "its share"}
                        ).set_index("regime")
 

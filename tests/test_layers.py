@@ -34,6 +34,7 @@ def test_known_terms_are_recovered_for_every_regime():
         got = {t.layer: t.us for t in regime.terms}
         assert got == pytest.approx(synthetic.KNOWN[regime.name], rel=1e-6, abs=1e-9), regime.name
         assert sum(t.us for t in regime.terms) == pytest.approx(regime.step_us, rel=1e-9)
+        assert regime.config, regime.name
         for t in regime.terms:
             assert t.source and t.how, (regime.name, t.layer)
 

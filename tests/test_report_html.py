@@ -106,7 +106,7 @@ def test_report_notebook_shows_the_decomposition_from_reference(synthetic_05):
     assert _png_outputs(executed) >= 1
     assert (figures / "headline_decomposition.png").stat().st_size > 0
     regimes_md = (figures / "headline_regimes.md").read_text()
-    assert "| eager | 60 | dispatch | 80% |" in regimes_md
+    assert "| eager | ultra-light | 60 | dispatch | 80% |" in regimes_md
     text = page.read_text()
     for expected in ("dominant", "seed reported", "agrees?", "Pre-Graph", "persistent kernel",
                      "runtime loop", 'href="#01_dispatch"'):

@@ -108,7 +108,7 @@ def eager(tables: Tables, h: Headline) -> Regime:
     lo, hi = _band(row, "wall_us_per_step", busy)
     return Regime("eager", wall, *_band(row, "wall_us_per_step"), src, (
         Term("dispatch", wall - busy, lo, hi, src, "wall - GPU-busy (remainder)"),
-        Term("compute", busy, NAN, NAN, src, "GPU-busy time (profiler)")))
+        Term("compute", busy, NAN, NAN, src, "GPU-busy time (profiler)")), h.toy_config)
 
 
 def graph(tables: Tables, h: Headline) -> Regime:
@@ -122,7 +122,8 @@ def graph(tables: Tables, h: Headline) -> Regime:
         lo, hi = _band(row, "wall_us_per_step", busy)
         return Regime("graph", *step, src, (
             Term("replay", wall - busy, lo, hi, src,
-                 f"wall - GPU-busy (remainder, kernel boundaries included: {exc})"), compute))
+                 f"wall - GPU-busy (remainder, kernel boundaries included: {exc})"), compute),
+            h.toy_config)
     node = max(0.0, float(fit["t_step_us"]) - busy)
     node_lo = max(0.0, _num(fit, "intercept_ci_low") - busy)
     node_hi = max(0.0, _num(fit, "intercept_ci_high") - busy)
@@ -130,7 +131,7 @@ def graph(tables: Tables, h: Headline) -> Regime:
     return Regime("graph", *step, src, (
         Term("replay", wall - busy - node, lo, hi, src, "wall - GPU-busy - node (remainder)"),
         Term("node", node, node_lo, node_hi, f"fit of {fit_src}; {src}",
-             "fitted T_step(K->inf) - GPU-busy"), compute))
+             "fitted T_step(K->inf) - GPU-busy"), compute), h.toy_config)
 
 
 def multistep(tables: Tables, h: Headline) -> Regime:
@@ -149,7 +150,8 @@ def multistep(tables: Tables, h: Headline) -> Regime:
         Term("replay", replay, replay_lo, replay_hi, f"fit of {fit_src}",
              f"fitted T_replay / K (K = {k})"),
         Term("node", wall - replay - busy, lo, hi, src, "wall - replay - GPU-busy (remainder)"),
-        Term("compute", busy, NAN, NAN, bsrc, "GPU-busy time of the same step (profiler)")))
+        Term("compute", busy, NAN, NAN, bsrc, "GPU-busy time of the same step (profiler)")),
+        f"{h.toy_config}, K={k}")
 
 
 def persistent_kernels(tables: Tables, config: str) -> tuple[pd.DataFrame, dict, str]:
@@ -179,7 +181,8 @@ def persistent(tables: Tables, h: Headline) -> Regime:
     return Regime("persistent kernel", step, *_band(best, "us_per_step"), src, (
         Term("node", node, NAN, NAN, src, how),
         Term("compute", step - node, *_band(best, "us_per_step", node), src,
-             "us_per_step - node (remainder): the whole step runs on the device")))
+             "us_per_step - node (remainder): the whole step runs on the device")),
+        f"{h.toy_config}, {best['variant']}")
 
 
 _MODEL_COLS = ["ms_per_token", "device_ms_per_step"]
@@ -219,9 +222,15 @@ def _forward_terms(tables: Tables, batch: int, context: int) -> tuple[float, lis
     return wall, terms, src
 
 
+def _model_label(tables: Tables, batch: int, context: int) -> str:
+    row, _ = _model_row(tables, batch, context)
+    return f"{row.get('model', 'paged model')}, B={batch}, context {context}"
+
+
 def transformer(tables: Tables, h: Headline) -> Regime:
     wall, terms, src = _forward_terms(tables, h.model_batch, h.context)
-    return Regime("transformer decode", wall, NAN, NAN, src, tuple(terms))
+    return Regime("transformer decode", wall, NAN, NAN, src, tuple(terms),
+                  _model_label(tables, h.model_batch, h.context))
 
 
 def transformer_eager(tables: Tables, h: Headline) -> Regime:
@@ -234,7 +243,8 @@ def transformer_eager(tables: Tables, h: Headline) -> Regime:
         Term("dispatch", wall - span, NAN, NAN, f"{src}; {graph_src}",
              "eager wall - device span of the same kernels in a graph (remainder)"),
         Term("compute", span, NAN, NAN, graph_src,
-             "device span of the graph-captured step (CUDA events)")))
+             "device span of the graph-captured step (CUDA events)")),
+        _model_label(tables, h.model_batch, h.context))
 
 
 def _runtime_row(tables: Tables, variant: str, batch: int) -> tuple[pd.Series, str]:
@@ -251,7 +261,7 @@ def runtime(tables: Tables, h: Headline) -> Regime:
              "engine wall - bare graph forward wall (same run, same batch)"),
         Term("compute", forward, _num(bare, "wall_min_us"), _num(bare, "wall_max_us"), bare_src,
              "bare graph-captured forward (its replay included: split in the transformer "
-             "regime)")))
+             "regime)")), f"{row.get('model', 'paged model')}, B={h.runtime_batch}")
 
 
 BUILDERS: dict[str, Callable[[Tables, Headline], Regime]] = {

@@ -29,7 +29,9 @@ def decomposition_figure(terms: pd.DataFrame, regimes: pd.DataFrame, title: str 
         if share.any():
             ax.barh(y, share, left=left, color=LAYER_COLORS[layer], label=layer, height=0.6)
         left += share
-    ax.set_yticks(y, order)
+    configs = regimes["config"] if "config" in regimes.columns else [""] * len(order)
+    ax.set_yticks(y, [f"{name}\n{cfg}" if cfg else name for name, cfg in zip(order, configs,
+                                                                              strict=True)])
     ax.invert_yaxis()
     ax.set_xlim(0, max(1.0, float(left.max()) if len(left) else 1.0))
     ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
