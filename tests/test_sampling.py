@@ -3,6 +3,8 @@ greedy rows are exact, partial selection equals the full sort, rows are batch-in
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -11,10 +13,12 @@ from decodelab.runtime.sampling import (
     PenaltyState,
     RowParams,
     SamplerMode,
+    candidates,
     choose_mode,
     device_top_k,
     row_uniforms,
     sample,
+    sample_step,
 )
 
 V = 24
@@ -166,3 +170,108 @@ def test_choose_mode():
     assert choose_mode([False], [32], [False], 1000).k_cand == 64
     assert choose_mode([False, False], [20, 0], [False, False], 1000).k_cand == 0
     assert choose_mode([False], [2000], [True], 5000, max_partial=1024).k_cand == 0
+
+
+def _edge_logits(rows: int, vocab: int, seed: int) -> torch.Tensor:
+    """bf16-rounded logits (ties), plus a NaN row, a +inf row and an all -inf row."""
+    g = torch.Generator().manual_seed(seed)
+    logits = (torch.randn(rows, vocab, generator=g) * 3).to(torch.bfloat16).float()
+    logits[1, 5] = float("nan")
+    logits[2, 7] = float("inf")
+    logits[3] = float("-inf")
+    return logits
+
+
+SAMPLING_ROWS = [(1.0, 40, 0.9, 0.0, 1, 0, 0), (0.7, 7, 1.0, 0.05, 1, 0, 0),
+                 (1.4, 100, 0.5, 0.0, 1, 0, 0), (0.3, 1, 1.0, 0.0, 1, 0, 0)]
+
+
+def test_two_stage_chunked_selection_equals_full_sort():
+    vocab = 256 * 64 * 2  # 512 chunks of 64
+    logits = _edge_logits(64, vocab, 6)
+    params = params_for(SAMPLING_ROWS, 16)
+    mode = choose_mode([False] * 64, [40, 7, 100, 1] * 16, [False] * 64, vocab)
+    assert mode.chunk == 64 and mode.k_cand == 128 and not mode.any_greedy
+    full, bad_full = sample(logits, params, SamplerMode(False, False, 0))
+    part, bad_part = sample(logits, params, mode)
+    assert torch.equal(full, part) and torch.equal(bad_full, bad_part)
+    assert bad_part[1:4].all() and not bad_part[4:].any()
+    ok = ~bad_full
+    (va, ia), (vb, ib) = candidates(logits, 128, 0), candidates(logits, 128, 64)
+    assert torch.equal(va[ok], vb[ok])  # the same values; ids may differ only at the edge tie
+    assert torch.equal(ia[ok][:, :100], ib[ok][:, :100])
+
+
+def test_no_greedy_rows_skips_the_max_pass_with_the_same_result():
+    logits = _edge_logits(32, 3000, 7)
+    params = params_for(SAMPLING_ROWS, 8)
+    for k_cand in (0, 128):
+        with_max = sample(logits, params, SamplerMode(False, False, k_cand, any_greedy=True))
+        without = sample(logits, params, SamplerMode(False, False, k_cand, any_greedy=False))
+        assert all(torch.equal(a, b) for a, b in zip(with_max, without, strict=True))
+
+
+def test_choose_mode_flags():
+    assert choose_mode([False, True], [20, 0], [False, False], 1000).any_greedy
+    assert not choose_mode([False, False], [20, 3], [False, False], 1000).any_greedy
+    assert choose_mode([False], [20], [False], 1000).chunk == 0  # small vocabulary: direct
+    assert choose_mode([False], [100], [False], 128256).chunk == 64
+    assert choose_mode([False], [0], [False], 128256).chunk == 0  # full sort
+
+
+def _capture(fn):
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["partial", "chunked", "sort", "greedy", "mixed_greedy",
+                                  "penalties"])
+def test_cuda_graph_sampler_equals_eager_token_for_token(kind):
+    """The whole sample step captured in a CUDA graph, its per-step inputs (logits, row
+    parameters, uniforms) refilled in static buffers between replays, equals the eager step."""
+    dev = torch.device("cuda")
+    b, vocab = 32, 128256
+    rows = SAMPLING_ROWS + ([ROWS[0]] if kind == "mixed_greedy" else [])
+    rows = [(0.0, *r[1:]) for r in rows] if kind == "greedy" else rows
+    if kind == "penalties":
+        rows = [(r[0], r[1], r[2], r[3], 1.3, 0.2, 0.4) for r in rows]
+    reps = -(-b // len(rows))
+    mode = choose_mode([r[0] == 0 for r in rows] * reps, [int(r[1]) for r in rows] * reps,
+                       [kind == "penalties"] * (len(rows) * reps), vocab)
+    mode = {"sort": SamplerMode(mode.all_greedy, False, 0, mode.any_greedy),
+            "partial": SamplerMode(False, False, mode.k_cand, False, 0)}.get(kind, mode)
+    if kind == "chunked":
+        assert mode.chunk == 64
+    static_logits = torch.zeros(b, vocab, device=dev)
+    host = params_for(rows, reps)
+    static = RowParams(*(getattr(host, f)[:b].to(dev).clone() for f in RowParams.__slots__))
+    pen = PenaltyState.empty(b + 1, vocab, dev)
+    pen.counts[:, :50] = 1
+    pen.in_prompt[:, 50:90] = True
+    last = torch.zeros(b + 1, dtype=torch.int64, device=dev)
+    out = torch.zeros(b, dtype=torch.int64, device=dev)
+    graph = _capture(lambda: sample_step(static_logits, static, mode, pen, last, out))
+    for step in range(3):
+        static_logits.copy_(_edge_logits(b, vocab, 10 + step).to(dev))
+        fresh = params_for(rows, reps, counter0=step)
+        static.uniform.copy_(fresh.uniform[:b].to(dev))
+        counts0, last0 = pen.counts.clone(), last.clone()
+        graph.replay()
+        got = (out.clone(), pen.counts.clone(), last.clone())
+        pen.counts.copy_(counts0)
+        last.copy_(last0)
+        sample_step(static_logits, static, mode, pen, last, out)
+        want = (out, pen.counts, last)
+        assert all(torch.equal(x, y) for x, y in zip(got, want, strict=True)), step
+        assert (out[1:4] == -1).all() and (out[4:] >= 0).all()
+    if kind in ("partial", "chunked"):
+        full, _ = sample(static_logits, static, replace(mode, k_cand=0, chunk=0), pen)
+        assert torch.equal(full.masked_fill(out < 0, -1), out)

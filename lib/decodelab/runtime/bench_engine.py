@@ -13,10 +13,13 @@ Tables:
   launches per step (profiler; NaN where unavailable).
 - ``runtime_steps``: the per-step breakdown (µs per phase) of the ``engine`` run and of a run
   with ``sync_phases`` (each phase then includes its device time).
-- ``runtime_sampler``: the sampler alone on the bench logits: partial selection vs full sort
-  on the same mixed rows, all-greedy, and with penalties. ``device_us``: its kernels back to
-  back (captured in a CUDA graph, replayed); ``issued_us``: CUDA-event time when issued op by
-  op (the host's launch rate can stretch it); ``host_us``: host time to issue it.
+- ``runtime_sampler``: the engine's sample step alone on the bench logits (the sampler with
+  its last-token scatter and packed output): partial selection (two-stage over chunks of the
+  vocabulary where that applies), ``partial_topk_direct`` (one ``topk`` over the whole
+  vocabulary), the full sort, all-greedy, and with penalties, on the same mixed rows.
+  ``device_us``: its kernels back to back (captured in a CUDA graph, replayed, as the engine
+  runs it); ``issued_us``: CUDA-event time when issued op by op (the host's launch rate can
+  stretch it); ``host_us``: host time to issue it eagerly.
 - ``runtime_batch``: engine vs bare forward step at several batch sizes (host overhead).
 - ``runtime_requests``: a Poisson-arrival workload: per-request status, reason, TTFT, TPOT,
   tokens; the workload's throughput is in every row. Every tenth request fails in one way
@@ -25,7 +28,9 @@ Tables:
 - ``runtime_errors``: that workload's outcomes and errors by class (counts).
 
 Validated before timing: the engine's greedy tokens with graphs equal those of the eager
-engine on a full bucket, and partial selection samples the same tokens as the full sort.
+engine on a full bucket; on a GPU, the engine's captured sampler equals its eager body token
+for token (and in its table updates) at every decode step of a mixed run; partial selection
+(both ways) samples the same tokens as the full sort.
 """
 
 from __future__ import annotations
@@ -130,6 +135,10 @@ def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Pa
     base = EngineConfig(max_num_seqs=max(cfg.batches), max_model_len=cfg.max_model_len,
                         use_graphs=graphs is not None)
     agreement = runs.validate_engine(model, graphs, base)  # raises on a disagreement
+    if graphs is not None:
+        n = runs.validate_step_graphs(model, graphs, base, cfg.batch)  # raises likewise
+        print(f"[bench] runtime: captured sampler equals the eager sampler on {n} steps",
+              flush=True)
     logits = runs.bench_logits(model, cfg.batch)
     sampler_rows = runs.sampler_rows(logits, dev)  # validates partial vs full sort first
     mixed = next(r for r in sampler_rows if r["variant"] == "partial_topk")

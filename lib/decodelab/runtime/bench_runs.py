@@ -16,7 +16,13 @@ from decodelab.runtime.engine import Engine
 from decodelab.runtime.engine_config import EngineConfig
 from decodelab.runtime.metrics import PHASES, StepRecord
 from decodelab.runtime.requests import InvalidRequestError, Request, SamplingParams, Sequence
-from decodelab.runtime.sampling import PenaltyState, SamplerMode, choose_mode, sample
+from decodelab.runtime.sampling import (
+    PenaltyState,
+    SamplerMode,
+    choose_mode,
+    sample,
+    sample_step,
+)
 from decodelab.timing import TimingConfig, time_cuda, time_host
 
 NAN = float("nan")
@@ -158,6 +164,31 @@ def validate_engine(model, graphs, base: EngineConfig) -> float:
     return agree
 
 
+def validate_step_graphs(model, graphs, base: EngineConfig, batch: int, steps: int = 12) -> int:
+    """The engine's captured sampler against its eager body, every decode step of a run with
+    mixed rows (top-k/top-p/min-p, greedy, penalties): same logits and parameters, the same
+    tokens and tables. Returns the steps checked; raises on the first disagreement."""
+    eng = Engine(model, base, graphs)
+    reqs = steady_requests(model.config.vocab_size, batch, 24, steps + 4)
+    reqs[0] = replace(reqs[0], params=replace(reqs[0].params, temperature=0.0))
+    reqs[1] = replace(reqs[1], params=replace(reqs[1].params, repetition_penalty=1.2,
+                                                frequency_penalty=0.3))
+    handles = [eng.submit(r) for r in reqs]
+    checked = 0
+    for _ in range(steps):
+        eng.step()
+        sg = eng.step_graphs
+        if sg.last is not None and eng.metrics.steps[-1].batch:
+            if not sg.check(*sg.last):
+                raise AssertionError(f"captured sampler disagrees with the eager one at {sg.last}")
+            checked += 1
+    for h in handles:
+        h.abort()
+    if not checked:
+        raise AssertionError("no decode step reached the captured sampler")
+    return checked
+
+
 def bench_logits(model, batch: int) -> torch.Tensor:
     """Realistic logits (batch, vocab): the model's prediction after short random prompts."""
     rng = random.Random(2)
@@ -171,26 +202,31 @@ def bench_logits(model, batch: int) -> torch.Tensor:
 
 
 def sampler_rows(logits: torch.Tensor, dev: torch.device) -> list[dict]:
-    """Device time of the sampler alone; partial selection validated against the full sort."""
+    """Device time of the engine's sample step alone (the sampler with its last-token scatter
+    and packed output); partial selection validated against the full sort first."""
     b, vocab = logits.shape
     reqs = steady_requests(vocab, b, 1, 8)
     seqs = [Sequence(r, arrival=i, seed=i, slot=i) for i, r in enumerate(reqs)]
     params = prefill_params(seqs, dev)
     pen = PenaltyState.empty(b + 1, vocab, dev)
+    last = torch.zeros(b + 1, dtype=torch.int64, device=dev)
+    out = torch.zeros(b, dtype=torch.int64, device=dev)
     mode = choose_mode([False] * b, [r.params.top_k for r in reqs], [False] * b, vocab)
-    modes = {"partial_topk": mode, "full_sort": replace(mode, k_cand=0),
+    modes = {"partial_topk": mode, "partial_topk_direct": replace(mode, chunk=0),
+             "full_sort": replace(mode, k_cand=0, chunk=0),
              "greedy": SamplerMode(True, False, 0), "partial_topk_penalties": replace(
                  mode, penalties=True)}
-    part, _ = sample(logits, params, modes["partial_topk"], pen)
     full, _ = sample(logits, params, modes["full_sort"], pen)
-    agree = (part == full).float().mean().item()
+    agree = min((sample(logits, params, modes[m], pen)[0] == full).float().mean().item()
+                for m in ("partial_topk", "partial_topk_direct"))
     if agree < 0.9:  # exact by construction; a stray tie at the candidate edge may differ
         raise AssertionError(f"partial selection agrees with the full sort on {agree:.0%}")
     tcfg = TimingConfig(5, 20, 10)
     rows = []
     for name, m in modes.items():
         def fn(m=m):
-            return sample(logits, params, m, pen)
+            sample_step(logits, params, m, pen, last, out)
+            return (out,)
         if dev.type == "cuda":
             t = time_cuda(fn, tcfg)
             issued_s, host_s = t.device_stats().median, t.host_stats().median
@@ -210,7 +246,7 @@ def _graph_device_time(fn, tcfg: TimingConfig) -> float:
     replayed, so the host's launch rate cannot stretch it; checked against the eager result.
     NaN if capture fails (the eager-issued time is still reported)."""
     try:
-        want = fn()
+        want = [t.clone() for t in fn()]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):

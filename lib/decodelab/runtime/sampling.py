@@ -145,9 +145,10 @@ class PenaltyState:
             self.counts[slot].index_add_(0, output, torch.ones_like(output, dtype=torch.int32))
 
     def record(self, slots: torch.Tensor, tokens: torch.Tensor) -> None:
-        """counts[slot_r, token_r] += 1 for every row (padding rows point at a spare slot)."""
-        self.counts.index_put_((slots, tokens), torch.ones_like(tokens, dtype=torch.int32),
-                               accumulate=True)
+        """counts[slot_r, token_r] += 1 for every row (padding rows point at a spare slot).
+        A flat ``index_add_`` (atomic adds on a GPU): no sort, and capturable in a graph."""
+        flat = slots * self.counts.shape[1] + tokens
+        self.counts.view(-1).index_add_(0, flat, torch.ones_like(tokens, dtype=torch.int32))
 
 
 def apply_penalties(z: torch.Tensor, p: RowParams, state: PenaltyState) -> torch.Tensor:

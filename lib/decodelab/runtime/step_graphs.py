@@ -39,10 +39,11 @@ class StepGraphs:
                              f"{graphs.max_blocks_per_seq}")
         self.graphs, self.batch, self.penalties = graphs, batch, penalties
         self.out = torch.zeros(batch.max_rows, dtype=torch.int64, device=batch.device)
-        self.pool = torch.cuda.graph_pool_handle()
+        self.pool = None  # one memory pool for all of them, made at the first capture
         self._stage: dict[int, torch.cuda.CUDAGraph] = {}
         self._sample: dict[tuple[int, SamplerMode], torch.cuda.CUDAGraph] = {}
         self.captures = 0
+        self.last: tuple[int, SamplerMode] | None = None  # (bucket, mode) of the last sample
 
     # ------------------------------------------------------------------ the bodies
     def stage_body(self, bucket: int) -> None:
@@ -84,11 +85,31 @@ class StepGraphs:
                 # warm-up without side effects (the body's scatters would count twice)
                 lambda: sample(self.logits(bucket), params, mode, self.penalties))
         graph.replay()
+        self.last = key
         return self.out[:bucket]
+
+    def check(self, bucket: int, mode: SamplerMode) -> bool:
+        """Replay the sampler graph of (bucket, mode) and run its body eagerly on the same
+        inputs (the current logits, parameters and tables): True if the tokens and the
+        updated tables are identical. The tables are left as they were."""
+        last, counts = self.batch.last_token, self.penalties.counts
+        last0, counts0 = last.clone(), counts.clone()
+        graph_out = self.sample(bucket, mode).clone()
+        graph_tables = (last.clone(), counts.clone())
+        last.copy_(last0)
+        counts.copy_(counts0)
+        self.sample_body(bucket, mode)
+        ok = (torch.equal(graph_out, self.out[:bucket]) and torch.equal(graph_tables[0], last)
+              and torch.equal(graph_tables[1], counts))
+        last.copy_(last0)
+        counts.copy_(counts0)
+        return ok
 
     def _capture(self, body, warm) -> torch.cuda.CUDAGraph:
         """Capture ``body`` after one run of ``warm`` on a side stream (lazy initialisation
         of the kernels' workspaces happens outside the capture)."""
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
