@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 from fake_runtime_model import FakeModel
@@ -396,3 +397,37 @@ def test_cuda_step_graphs_sampler_equals_eager_every_step():
             checked.add(sg.last)
     assert len(checked) >= 3 and sg.captures >= len(checked)
     assert eng.pool.num_free == eng.pool.num_total
+
+
+def test_step_mode_equals_choose_mode_of_the_rows():
+    from decodelab.runtime.sampling import choose_mode
+
+    eng = fake_engine(max_num_seqs=16)
+    handles = [eng.submit(r) for r in workload(16, seed=41, max_new_tokens=20)]
+    eng.step()
+    seqs = [eng.active[h.request_id] for h in handles if not h.done]
+    for rows in (seqs, seqs[:3], [s for s in seqs if not s.params.greedy]):
+        slots = np.array([s.slot for s in rows])
+        want = choose_mode([s.params.greedy for s in rows], [s.params.top_k for s in rows],
+                           [s.params.uses_penalties for s in rows], eng.vocab,
+                           eng.cfg.max_partial_k)
+        assert eng.batch.mode(slots, eng.vocab, eng.cfg.max_partial_k) == want
+
+
+def test_step_uniforms_equal_the_hash_across_windows_and_reassignment():
+    from decodelab.runtime.batch import U_WINDOW, StaticBatch
+    from decodelab.runtime.requests import Sequence
+    from decodelab.runtime.sampling import row_uniforms
+
+    batch = StaticBatch(4, 8, 4, 4, 99, torch.device("cpu"))
+    slots = np.array([0, 1, 2, 4])  # slot 4: the spare slot of padding rows
+    for seed0 in (5, 6):  # the second round reassigns every slot to another seed
+        seqs = [Sequence(Request(f"q{i}", (1, 2)), arrival=i, seed=seed0 * 100 + i, slot=i)
+                for i in range(3)]
+        for s in seqs:
+            batch.assign(s)
+        for launched in (0, 1, U_WINDOW - 1, U_WINDOW, 3 * U_WINDOW + 5, 2):
+            counters = np.array([launched, launched + 7, 2 * launched, 0])
+            want = row_uniforms(np.array([s.seed for s in seqs] + [0]), counters)
+            want[3] = batch._uniforms(slots[3:], counters[3:])[0]  # padding: any fixed value
+            assert np.array_equal(batch._uniforms(slots, counters), want)

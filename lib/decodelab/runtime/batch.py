@@ -30,6 +30,7 @@ from decodelab.runtime.sampling import (
     seed_keys,
 )
 
+U_WINDOW = 64  # uniforms precomputed per slot
 INT_FIELDS = ("slot", "position", "slot_mapping", "context_len", "top_k")
 FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition", "presence", "frequency", "uniform")
 
@@ -98,6 +99,10 @@ class StaticBatch:
         self.slot_pen = np.zeros(n, dtype=bool)
         self.slot_bt = np.full((n, max_blocks), scratch_block, dtype=np.int32)
         self.slot_prompt = np.zeros(n, dtype=np.int64)  # prompt length (position of token 0)
+        # each slot's next U_WINDOW uniforms (counters base .. base + U_WINDOW - 1), computed
+        # in one vectorised hash when a row leaves its window: per step, one gather
+        self.slot_u = np.zeros((n, U_WINDOW), dtype=np.float32)
+        self.slot_ubase = np.full(n, -2 * U_WINDOW, dtype=np.int64)  # stale: no window yet
         self._flip = 0
         self._arange = np.arange(max_rows)
         self._views_of: dict[int, StepInputs] = {}  # bucket -> the static views (fixed)
@@ -118,6 +123,7 @@ class StaticBatch:
         self.slot_topk[k], self.slot_keff[k] = p.top_k, device_top_k(p.top_k)
         self.slot_key[k], self.slot_pen[k] = seed_keys(np.array([seq.seed]))[0], p.uses_penalties
         self.slot_prompt[k] = seq.num_prompt
+        self.slot_ubase[k] = -2 * U_WINDOW  # another seed: the old window is stale
         self._modes.clear()
         self.slot_bt[k] = self.scratch_block
         self.set_blocks(seq, 0)
@@ -140,7 +146,7 @@ class StaticBatch:
         ks = self.slot_topk[slots][sampling]
         return mode_of(ks.size == 0, bool(self.slot_pen[slots].any()),
                        int(ks.min()) if ks.size else 0, int(ks.max()) if ks.size else 0,
-                       vocab, max_partial)
+                       vocab, max_partial, any_greedy=not sampling.all())
 
     def prepare(self, rows: list[Sequence], bucket: int, *, static: bool = True
                 ) -> tuple[StepInputs, np.ndarray]:
@@ -163,7 +169,7 @@ class StaticBatch:
         hi[0, :bucket], hi[1, :bucket], hi[2, :bucket] = slots, pos, mapping
         hi[3, :bucket], hi[4, :bucket] = pos + 1, self.slot_keff[slots]
         hf[:6, :bucket] = self.slot_f[slots].T
-        hf[6, :bucket] = key_uniforms(self.slot_key[slots], launched)
+        hf[6, :bucket] = self._uniforms(slots, launched)
         hbt[:bucket] = bt
         if not static:  # the naive way: fresh device tensors every step
             dev_i = torch.tensor(hi[:, :bucket], device=self.device)
@@ -175,6 +181,19 @@ class StaticBatch:
         # staged through pageable memory and copied synchronously).
         self.dev.copy_(self.host[k], non_blocking=True)
         return self.static_views(bucket), slots
+
+    def _uniforms(self, slots: np.ndarray, launched: np.ndarray) -> np.ndarray:
+        """``key_uniforms(slot_key[slots], launched)``, read from the slots' windows."""
+        off = launched - self.slot_ubase[slots]
+        stale = (off < 0) | (off >= U_WINDOW)
+        if stale.any():
+            rows = np.flatnonzero(stale)
+            s, base = slots[rows], launched[rows]  # repeated slots (padding) agree
+            self.slot_ubase[s] = base
+            self.slot_u[s] = key_uniforms(self.slot_key[s][:, None],
+                                          base[:, None] + np.arange(U_WINDOW))
+            off[rows] = 0
+        return self.slot_u[slots, off]
 
     def static_views(self, bucket: int) -> StepInputs:
         """Views of the static device buffers for ``bucket`` rows (the same tensors every
