@@ -138,9 +138,13 @@ if "runtime_batch" in tables:
 # ## The sampler
 #
 # The same mixed rows sampled from candidates found by partial selection (`torch.topk` with
-# the batch's largest top-k rounded up to a power of two) and by a full-vocabulary sort; the
-# bench first checks that both sample the same tokens. `device_us` is the sampler's kernels
-# back to back (captured and replayed), its share of the engine step is in the summary above.
+# the batch's largest top-k rounded up to a power of two; for a large vocabulary in two stages:
+# the chunks of 64 tokens with the largest maxima, then the best tokens inside them, while
+# `partial_topk_direct` is one `topk` over the whole vocabulary) and by a full-vocabulary sort;
+# the bench first checks that they sample the same tokens. Each variant is the engine's whole
+# sample step (with its last-token scatter and packed output); `device_us` is its kernels back
+# to back (captured and replayed, as the engine runs it), its share of the engine step is in
+# the summary above.
 
 # %%
 if "runtime_sampler" in tables:

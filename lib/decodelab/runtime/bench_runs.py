@@ -186,6 +186,9 @@ def validate_step_graphs(model, graphs, base: EngineConfig, batch: int, steps: i
         h.abort()
     if not checked:
         raise AssertionError("no decode step reached the captured sampler")
+    if eng.step_graphs.failed:
+        print(f"[bench] runtime: {eng.step_graphs.failed} step graph captures FAILED; those "
+              "bodies ran eagerly (same tokens, more host time)", flush=True)
     return checked
 
 

@@ -4,9 +4,12 @@ One :meth:`Engine.step`:
 
 1. the scheduler's plan is applied to the block pool (preempt, grow, admit);
 2. admitted sequences are prefilled and their first token sampled; running ones take one
-   decode step (a CUDA graph per batch bucket, or eager) and are sampled in one batched call;
+   decode step and are sampled in one batched call. With graphs that is one input copy and
+   three graph replays (stage, forward, sample: ``step_graphs``); without, the same work
+   eagerly;
 3. sampled tokens are scattered into the per-slot ``last_token`` table on the device (the
-   next step's inputs read it there) and copied asynchronously into pinned host memory;
+   next step's inputs read it there) and copied asynchronously into pinned host memory, one
+   int64 per row (-1: its logits were not finite);
 4. the *previous* step's tokens are processed: its copy's event is waited on (by now it has
    long finished, the device is already running this step), then stop conditions are checked
    once for the whole batch, tokens streamed, and finished requests retired.

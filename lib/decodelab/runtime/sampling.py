@@ -16,8 +16,14 @@ a request's random stream is the same whatever else shares its batch, and drawin
 generator state on the device and no synchronisation.
 
 Candidates come from partial selection (``torch.topk`` with the batch's largest top-k rounded
-up to a power of two) when every sampling row has a top-k, else from a full sort; both are
-timed by ``bench_engine``.
+up to a power of two) when every sampling row has a top-k, else from a full sort; for a large
+vocabulary the selection is two-stage over chunks of it (:func:`candidates`). Without greedy
+rows in the batch the row maximum is the first candidate, so no separate pass over the
+vocabulary finds it. All are timed by ``bench_engine``.
+
+:func:`sample_step` is the whole step the engine runs (sampling, the last-token scatter, the
+penalty counts, one packed output row); it allocates nothing the caller must keep, so the
+engine captures it in a CUDA graph per batch bucket and mode (``step_graphs``).
 """
 
 from __future__ import annotations

@@ -40,9 +40,10 @@ class StepGraphs:
         self.graphs, self.batch, self.penalties = graphs, batch, penalties
         self.out = torch.zeros(batch.max_rows, dtype=torch.int64, device=batch.device)
         self.pool = None  # one memory pool for all of them, made at the first capture
-        self._stage: dict[int, torch.cuda.CUDAGraph] = {}
-        self._sample: dict[tuple[int, SamplerMode], torch.cuda.CUDAGraph] = {}
+        self._stage: dict[int, torch.cuda.CUDAGraph | None] = {}
+        self._sample: dict[tuple[int, SamplerMode], torch.cuda.CUDAGraph | None] = {}
         self.captures = 0
+        self.failed = 0  # captures that failed (those bodies run eagerly)
         self.last: tuple[int, SamplerMode] | None = None  # (bucket, mode) of the last sample
 
     # ------------------------------------------------------------------ the bodies
@@ -63,11 +64,14 @@ class StepGraphs:
 
     # ------------------------------------------------------------------ the step
     def stage(self, bucket: int) -> None:
-        graph = self._stage.get(bucket)
-        if graph is None:
+        if bucket not in self._stage:
             body = lambda: self.stage_body(bucket)  # noqa: E731 - idempotent: its own warm-up
-            graph = self._stage[bucket] = self._capture(body, body)
-        graph.replay()
+            self._stage[bucket] = self._capture_or_none(f"stage[{bucket}]", body, body)
+        graph = self._stage[bucket]
+        if graph is None:
+            self.stage_body(bucket)
+        else:
+            graph.replay()
 
     def forward(self, bucket: int) -> torch.Tensor:
         self.graphs.graphs[bucket].replay()
@@ -77,14 +81,17 @@ class StepGraphs:
         """Replay the sampler graph of (bucket, mode); returns ``out[:bucket]`` (tokens, -1
         for non-finite rows), valid until the next call."""
         key = (bucket, mode)
-        graph = self._sample.get(key)
-        if graph is None:
+        if key not in self._sample:
             params = self.batch.static_views(bucket).params
-            graph = self._sample[key] = self._capture(
-                lambda: self.sample_body(bucket, mode),
+            self._sample[key] = self._capture_or_none(
+                f"sample[{bucket}, {mode}]", lambda: self.sample_body(bucket, mode),
                 # warm-up without side effects (the body's scatters would count twice)
                 lambda: sample(self.logits(bucket), params, mode, self.penalties))
-        graph.replay()
+        graph = self._sample[key]
+        if graph is None:
+            self.sample_body(bucket, mode)
+        else:
+            graph.replay()
         self.last = key
         return self.out[:bucket]
 
@@ -105,18 +112,34 @@ class StepGraphs:
         counts.copy_(counts0)
         return ok
 
+    def _capture_or_none(self, name: str, body, warm) -> torch.cuda.CUDAGraph | None:
+        """The captured graph, or None (the body then runs eagerly, same result) if capture
+        fails; the failure is reported once and counted."""
+        try:
+            return self._capture(body, warm)
+        except RuntimeError as exc:
+            self.failed += 1
+            print(f"[step_graphs] capture of {name} failed, running it eagerly: {exc}",
+                  flush=True)
+            return None
+
     def _capture(self, body, warm) -> torch.cuda.CUDAGraph:
-        """Capture ``body`` after one run of ``warm`` on a side stream (lazy initialisation
-        of the kernels' workspaces happens outside the capture)."""
+        """Capture ``body`` after one run of ``warm`` (lazy initialisation of the kernels'
+        workspaces happens outside the capture), both on a side stream ordered after the
+        work already issued. Unlike ``torch.cuda.graph``, no device synchronisation, garbage
+        collection or cache release: a capture in the middle of a run costs only itself."""
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
+        graph = torch.cuda.CUDAGraph()
         with torch.cuda.stream(side):
             warm()
+            graph.capture_begin(pool=self.pool)
+            try:
+                body()
+            finally:
+                graph.capture_end()
         torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            body()
         self.captures += 1
         return graph
