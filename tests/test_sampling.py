@@ -16,6 +16,7 @@ from decodelab.runtime.sampling import (
     candidates,
     choose_mode,
     device_top_k,
+    inv_temperature,
     row_uniforms,
     sample,
     sample_step,
@@ -252,6 +253,7 @@ def test_cuda_graph_sampler_equals_eager_token_for_token(kind):
         assert mode.chunk == 64
     static_logits = torch.zeros(b, vocab, device=dev)
     host = params_for(rows, reps)
+    host.inv_temperature = torch.from_numpy(inv_temperature(host.temperature.numpy()))
     static = RowParams(*(getattr(host, f)[:b].to(dev).clone() for f in RowParams.__slots__))
     pen = PenaltyState.empty(b + 1, vocab, dev)
     pen.counts[:, :50] = 1
@@ -275,3 +277,15 @@ def test_cuda_graph_sampler_equals_eager_token_for_token(kind):
     if kind in ("partial", "chunked"):
         full, _ = sample(static_logits, static, replace(mode, k_cand=0, chunk=0), pen)
         assert torch.equal(full.masked_fill(out < 0, -1), out)
+
+
+def test_host_inverse_temperature_is_the_device_one_bit_for_bit():
+    t = np.array([0.0, 1e-3, 0.1, 0.3, 0.7, 1.0, 1.3, 3.7, 99.9], dtype=np.float32)
+    want = torch.where(torch.from_numpy(t) > 0, torch.from_numpy(t), 1.0).reciprocal_()
+    assert torch.equal(torch.from_numpy(inv_temperature(t)), want)
+    logits = _edge_logits(9, 500, 8)
+    params = params_for([(float(x), 20, 0.9, 0.0, 1, 0, 0) for x in t], 1)
+    without = sample(logits, params, SamplerMode(False, False, 32))
+    params.inv_temperature = torch.from_numpy(inv_temperature(t))
+    with_inv = sample(logits, params, SamplerMode(False, False, 32))
+    assert all(torch.equal(a, b) for a, b in zip(without, with_inv, strict=True))

@@ -24,6 +24,7 @@ from decodelab.runtime.sampling import (
     RowParams,
     SamplerMode,
     device_top_k,
+    inv_temperature,
     key_uniforms,
     mode_of,
     row_uniforms,
@@ -32,7 +33,8 @@ from decodelab.runtime.sampling import (
 
 U_WINDOW = 64  # uniforms precomputed per slot
 INT_FIELDS = ("slot", "position", "slot_mapping", "context_len", "top_k")
-FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition", "presence", "frequency", "uniform")
+FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition", "presence", "frequency",
+                "inv_temperature", "uniform")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +58,10 @@ def prefill_params(rows: list[Sequence], device: torch.device) -> RowParams:
     u = row_uniforms(np.array([s.seed for s in rows]), np.array([s.launched for s in rows]))
     ints = torch.tensor([[device_top_k(s.params.top_k) for s in rows], [s.slot for s in rows]],
                         device=device)
-    ft = torch.from_numpy(np.concatenate([f, u[None, :]])).to(device)
+    ft = torch.from_numpy(np.concatenate([f, inv_temperature(f[0])[None], u[None, :]])).to(device)
     return RowParams(temperature=ft[0], top_k=ints[0], top_p=ft[1], min_p=ft[2],
-                     repetition=ft[3], presence=ft[4], frequency=ft[5], uniform=ft[6],
-                     slot=ints[1])
+                     repetition=ft[3], presence=ft[4], frequency=ft[5], uniform=ft[7],
+                     slot=ints[1], inv_temperature=ft[6])
 
 
 class StaticBatch:
@@ -91,8 +93,8 @@ class StaticBatch:
         self.last_token = torch.zeros(num_slots + 1, dtype=torch.int64, device=device)
         # per-slot host tables; the spare slot holds the padding row's values
         n = num_slots + 1
-        self.slot_f = np.zeros((n, 6), dtype=np.float32)  # temperature .. frequency
-        self.slot_f[self.spare_slot] = (0.0, 1.0, 0.0, 1.0, 0.0, 0.0)
+        self.slot_f = np.zeros((n, 7), dtype=np.float32)  # temperature .. inv_temperature
+        self.slot_f[self.spare_slot] = (0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0)
         self.slot_topk = np.zeros(n, dtype=np.int64)  # 0 = off (for choose_mode)
         self.slot_keff = np.full(n, NO_TOP_K, dtype=np.int64)  # what the device reads
         self.slot_key = np.zeros(n, dtype=np.uint64)  # seed_keys of the slot's request seed
@@ -118,8 +120,9 @@ class StaticBatch:
     def assign(self, seq: Sequence) -> None:
         """Record an admitted sequence's parameters and blocks in its slot's host tables."""
         p, k = seq.params, seq.slot
-        self.slot_f[k] = (p.temperature, p.top_p, p.min_p, p.repetition_penalty,
-                          p.presence_penalty, p.frequency_penalty)
+        self.slot_f[k, :6] = (p.temperature, p.top_p, p.min_p, p.repetition_penalty,
+                              p.presence_penalty, p.frequency_penalty)
+        self.slot_f[k, 6] = inv_temperature(self.slot_f[k:k + 1, 0])[0]
         self.slot_topk[k], self.slot_keff[k] = p.top_k, device_top_k(p.top_k)
         self.slot_key[k], self.slot_pen[k] = seed_keys(np.array([seq.seed]))[0], p.uses_penalties
         self.slot_prompt[k] = seq.num_prompt
@@ -168,8 +171,8 @@ class StaticBatch:
         mapping[n:] = -1  # padding rows write nothing
         hi[0, :bucket], hi[1, :bucket], hi[2, :bucket] = slots, pos, mapping
         hi[3, :bucket], hi[4, :bucket] = pos + 1, self.slot_keff[slots]
-        hf[:6, :bucket] = self.slot_f[slots].T
-        hf[6, :bucket] = self._uniforms(slots, launched)
+        hf[:7, :bucket] = self.slot_f[slots].T
+        hf[7, :bucket] = self._uniforms(slots, launched)
         hbt[:bucket] = bt
         if not static:  # the naive way: fresh device tensors every step
             dev_i = torch.tensor(hi[:, :bucket], device=self.device)
@@ -216,6 +219,7 @@ class StaticBatch:
     def _views(dev_i, dev_f, dev_bt, ids, ctx32, b: int) -> StepInputs:
         params = RowParams(temperature=dev_f[0, :b], top_k=dev_i[4, :b], top_p=dev_f[1, :b],
                            min_p=dev_f[2, :b], repetition=dev_f[3, :b], presence=dev_f[4, :b],
-                           frequency=dev_f[5, :b], uniform=dev_f[6, :b], slot=dev_i[0, :b])
+                           frequency=dev_f[5, :b], uniform=dev_f[7, :b], slot=dev_i[0, :b],
+                           inv_temperature=dev_f[6, :b])
         return StepInputs(ids, dev_i[1, :b], dev_i[2, :b], dev_bt[:b], dev_i[3, :b], ctx32,
                           params)

@@ -108,6 +108,12 @@ def chunk_for(vocab: int, k_cand: int) -> int:
     return 0
 
 
+def inv_temperature(temperature: np.ndarray) -> np.ndarray:
+    """float32 1 / T, 1 where T == 0 (greedy): IEEE float32 division, as on the device."""
+    t = np.asarray(temperature, dtype=np.float32)
+    return np.float32(1.0) / np.where(t > 0, t, np.float32(1.0))
+
+
 NO_TOP_K = 1 << 31  # the device-side top-k of a row without one: more than any vocabulary
 
 
@@ -128,6 +134,9 @@ class RowParams:
     frequency: torch.Tensor  # float32
     uniform: torch.Tensor  # float32, from row_uniforms
     slot: torch.Tensor  # int64 row -> slot of the penalty tables
+    # float32 1 / temperature (1 for greedy rows), from ``inv_temperature`` on the host:
+    # three device ops fewer per step; None: computed on the device
+    inv_temperature: torch.Tensor | None = None
 
 
 @dataclass(slots=True)
@@ -239,7 +248,10 @@ def _draw(vals: torch.Tensor, idx: torch.Tensor, p: RowParams) -> torch.Tensor:
     and e_0 == 1 keeps at least the first candidate in both counts. Few, fused-friendly ops:
     this runs on the critical path of every step."""
     n_cand = vals.shape[1]
-    inv_t = torch.where(p.temperature > 0, p.temperature, 1.0).reciprocal_()[:, None]
+    inv_t = p.inv_temperature
+    if inv_t is None:
+        inv_t = torch.where(p.temperature > 0, p.temperature, 1.0).reciprocal_()
+    inv_t = inv_t[:, None]
     e = torch.exp((vals - vals[:, :1]) * inv_t)  # (B, K), e[:, 0] == 1
     c = e.cumsum(dim=-1)
     total_k = c.gather(1, p.top_k.clamp(max=n_cand)[:, None] - 1)  # (B, 1) mass of the top-k
