@@ -431,3 +431,80 @@ def test_step_uniforms_equal_the_hash_across_windows_and_reassignment():
             want = row_uniforms(np.array([s.seed for s in seqs] + [0]), counters)
             want[3] = batch._uniforms(slots[3:], counters[3:])[0]  # padding: any fixed value
             assert np.array_equal(batch._uniforms(slots, counters), want)
+
+
+class _ForwardStub:
+    """``DecodeGraphs``' static buffers for one bucket; its "replay" leaves the output alone
+    (the test writes the logits)."""
+
+    def __init__(self, rows, vocab, max_blocks, dev):
+        self.input_ids = torch.zeros(rows, dtype=torch.int64, device=dev)
+        self.positions = torch.zeros(rows, dtype=torch.int64, device=dev)
+        self.slot_mapping = torch.zeros(rows, dtype=torch.int64, device=dev)
+        self.block_tables = torch.zeros(rows, max_blocks, dtype=torch.int32, device=dev)
+        self.context_lens = torch.zeros(rows, dtype=torch.int32, device=dev)
+        self.max_blocks_per_seq = max_blocks
+        self.outputs = {rows: torch.zeros(rows, vocab, device=dev)}
+        self.graphs = {rows: _Replay(lambda: None)}
+
+
+def _step_graphs_at_large_vocab(dev):
+    """Stage and sample through ``StepGraphs`` with a vocabulary where two-stage selection
+    applies: inputs staged from the static buffers, tokens equal to the full sort's."""
+    from dataclasses import replace
+
+    from decodelab.runtime.batch import StaticBatch
+    from decodelab.runtime.requests import Sequence
+    from decodelab.runtime.sampling import PenaltyState, sample
+    from decodelab.runtime.step_graphs import StepGraphs
+
+    rows, vocab, bs = 8, 32768, 16
+    batch = StaticBatch(rows, 4, rows, bs, 0, dev)
+    pen = PenaltyState.empty(rows + 1, vocab, dev)
+    fwd = _ForwardStub(rows, vocab, 4, dev)
+    sg = StepGraphs(fwd, batch, pen)
+    seqs = [Sequence(Request(f"q{i}", (1, 2, 3), SamplingParams(
+        temperature=0.8, top_k=40 + i, top_p=0.9, seed=i)), arrival=i, seed=i, slot=i)
+        for i in range(rows)]
+    for s in seqs:
+        s.blocks = [s.slot + 1]
+        batch.assign(s)
+    g = torch.Generator().manual_seed(4)
+    for step in range(3):
+        for s in seqs:
+            s.launched = step + 1
+        inp, slots = batch.prepare(seqs, rows)
+        mode = batch.mode(slots, vocab, 1024)
+        assert mode.chunk == 64 and mode.k_cand == 64
+        before = batch.last_token[:rows].clone()
+        sg.stage(rows)
+        pos = 3 + step
+        assert torch.equal(fwd.input_ids, before)
+        assert (fwd.positions == pos).all() and (fwd.context_lens == pos + 1).all()
+        assert fwd.slot_mapping.tolist() == [(i + 1) * bs + pos for i in range(rows)]
+        logits = sg.forward(rows)
+        logits.copy_((torch.randn(rows, vocab, generator=g) * 3).to(torch.bfloat16).float())
+        got = sg.sample(rows, mode).clone()
+        want, _ = sample(logits, inp.params, replace(mode, k_cand=0, chunk=0), pen)
+        assert torch.equal(got, want) and torch.equal(batch.last_token[:rows], want)
+        assert sg.check(rows, mode)
+    assert len(sg.selections) == 1 and sg.failed == 0
+    return sg
+
+
+@pytest.mark.parametrize("two_stage_faster", [True, False])
+def test_step_graphs_stage_and_timed_selection_on_cpu(monkeypatch, two_stage_faster):
+    from decodelab.runtime.step_graphs import StepGraphs
+
+    monkeypatch.setattr(StepGraphs, "_capture", lambda self, body, warm: _Replay(body))
+    fast = 64 if two_stage_faster else 0
+    monkeypatch.setattr(StepGraphs, "_replay_ms",
+                        lambda self, bucket, mode: 1.0 if mode.chunk == fast else 2.0)
+    sg = _step_graphs_at_large_vocab(torch.device("cpu"))
+    assert [s["chunk"] for s in sg.selections.values()] == [fast]
+
+
+@pytest.mark.gpu
+def test_cuda_step_graphs_stage_and_timed_selection():
+    sg = _step_graphs_at_large_vocab(torch.device("cuda"))
+    assert sg.captures >= 4  # stage, two timing graphs, the sampler

@@ -186,6 +186,10 @@ def validate_step_graphs(model, graphs, base: EngineConfig, batch: int, steps: i
         h.abort()
     if not checked:
         raise AssertionError("no decode step reached the captured sampler")
+    for (bucket, mode), sel in eng.step_graphs.selections.items():
+        print(f"[bench] runtime: bucket {bucket}, k_cand {mode.k_cand}: two-stage selection "
+              f"{sel['two_stage_us']:.0f} us, direct {sel['direct_us']:.0f} us -> "
+              f"{'two-stage' if sel['chunk'] else 'direct'}", flush=True)
     if eng.step_graphs.failed:
         print(f"[bench] runtime: {eng.step_graphs.failed} step graph captures FAILED; those "
               "bodies ran eagerly (same tokens, more host time)", flush=True)

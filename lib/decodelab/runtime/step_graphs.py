@@ -18,12 +18,16 @@ Every per-step value is read at replay from static device tensors (the ``StaticB
 buffers, which the step's single copy fills, the forward graph's output, the penalty tables
 and ``last_token``); nothing per step is a Python value frozen at capture. Only the
 *mode* (all greedy, penalties, number of candidates) is fixed per graph, so there is one
-graph per (bucket, mode), captured the first time that pair occurs. The sampler graphs
+graph per (bucket, mode), captured the first time that pair occurs. Where two-stage candidate
+selection applies, that first time also times it against one direct ``topk`` (graphs of the
+sampler alone, on that step's logits) and captures the faster: the same candidates either way. The sampler graphs
 write only into static tensors (``out`` and the tables), so their intermediates are dead
 after each replay and they share one memory pool.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 
@@ -41,7 +45,10 @@ class StepGraphs:
         self.out = torch.zeros(batch.max_rows, dtype=torch.int64, device=batch.device)
         self.pool = None  # one memory pool for all of them, made at the first capture
         self._stage: dict[int, torch.cuda.CUDAGraph | None] = {}
-        self._sample: dict[tuple[int, SamplerMode], torch.cuda.CUDAGraph | None] = {}
+        # (bucket, mode) -> (graph or None: eager, the mode it runs: the selection chosen)
+        self._sample: dict[tuple[int, SamplerMode],
+                           tuple[torch.cuda.CUDAGraph | None, SamplerMode]] = {}
+        self.selections: dict[tuple[int, SamplerMode], dict] = {}  # timed choices
         self.captures = 0
         self.failed = 0  # captures that failed (those bodies run eagerly)
         self.last: tuple[int, SamplerMode] | None = None  # (bucket, mode) of the last sample
@@ -82,18 +89,54 @@ class StepGraphs:
         for non-finite rows), valid until the next call."""
         key = (bucket, mode)
         if key not in self._sample:
+            used = self._selection(bucket, mode)
             params = self.batch.static_views(bucket).params
-            self._sample[key] = self._capture_or_none(
-                f"sample[{bucket}, {mode}]", lambda: self.sample_body(bucket, mode),
+            graph = self._capture_or_none(
+                f"sample[{bucket}, {used}]", lambda: self.sample_body(bucket, used),
                 # warm-up without side effects (the body's scatters would count twice)
-                lambda: sample(self.logits(bucket), params, mode, self.penalties))
-        graph = self._sample[key]
+                lambda: sample(self.logits(bucket), params, used, self.penalties))
+            self._sample[key] = (graph, used)
+        graph, used = self._sample[key]
         if graph is None:
-            self.sample_body(bucket, mode)
+            self.sample_body(bucket, used)
         else:
             graph.replay()
         self.last = key
         return self.out[:bucket]
+
+    def _selection(self, bucket: int, mode: SamplerMode) -> SamplerMode:
+        """Two-stage or direct candidate selection, whichever is faster here, timed once per
+        (bucket, mode) on the device on this step's logits (side-effect-free graphs of the
+        sampler alone). Both find the same candidates (the order of ties at the edge of the
+        candidate set aside, which no row's top-k reaches)."""
+        if not mode.chunk:
+            return mode
+        options = (mode, replace(mode, chunk=0))
+        try:
+            times = [self._replay_ms(bucket, m) for m in options]
+        except RuntimeError as exc:
+            print(f"[step_graphs] selection timing failed, two-stage kept: {exc}", flush=True)
+            return mode
+        used = options[int(times[1] < times[0])]
+        self.selections[(bucket, mode)] = dict(two_stage_us=times[0] * 1e3,
+                                               direct_us=times[1] * 1e3, chunk=used.chunk)
+        return used
+
+    def _replay_ms(self, bucket: int, mode: SamplerMode, reps: int = 5) -> float:
+        params = self.batch.static_views(bucket).params
+
+        def pure():
+            sample(self.logits(bucket), params, mode, self.penalties)
+
+        graph = self._capture(pure, pure)
+        graph.replay()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / reps
 
     def check(self, bucket: int, mode: SamplerMode) -> bool:
         """Replay the sampler graph of (bucket, mode) and run its body eagerly on the same
@@ -105,7 +148,7 @@ class StepGraphs:
         graph_tables = (last.clone(), counts.clone())
         last.copy_(last0)
         counts.copy_(counts0)
-        self.sample_body(bucket, mode)
+        self.sample_body(bucket, self._sample[(bucket, mode)][1])
         ok = (torch.equal(graph_out, self.out[:bucket]) and torch.equal(graph_tables[0], last)
               and torch.equal(graph_tables[1], counts))
         last.copy_(last0)
