@@ -203,17 +203,42 @@ with pd.option_context("display.max_colwidth", None):
 
 
 # %%
+def _term(regime, layer: str) -> float:
+    return next((t.us for t in regime.terms if t.layer == layer), 0.0)
+
+
+def _transitions(by_name: dict) -> list[str]:
+    """What removing each layer revealed, read off consecutive regimes."""
+    lines = []
+    if "eager" in by_name and "graph" in by_name:
+        e, g = by_name["eager"], by_name["graph"]
+        replay = _term(g, "replay")
+        lines.append(f"- A graph removes dispatch: the step goes from {fmt_us(e.step_us)} µs to "
+                     f"{fmt_us(g.step_us)} µs ({e.step_us / g.step_us:.1f}x). What remains is "
+                     f"{fmt_us(replay)} µs of replay ({replay / g.step_us:.0%}) next to "
+                     f"{fmt_us(_term(g, 'compute'))} µs of kernel time: {g.dominant.layer} "
+                     "dominates the single-step graph.")
+    if "graph" in by_name and "persistent kernel" in by_name:
+        g, p = by_name["graph"], by_name["persistent kernel"]
+        lines.append(f"- A persistent kernel removes replay and the kernel boundaries: its step "
+                     f"is {g.step_us / p.step_us:.1f}x shorter than the single-step graph's, "
+                     f"and {p.dominant.layer} is {p.dominant.us / p.step_us:.0%} of it.")
+    if "runtime loop" in by_name:
+        rt = by_name["runtime loop"]
+        orch = _term(rt, "orchestration")
+        lines.append(f"- The runtime loop ({rt.config}) adds {fmt_us(orch)} µs of orchestration "
+                     f"to the forward pass, {orch / rt.step_us:.0%} of its step.")
+    return lines
+
+
 def _summary() -> str:
     by_name = {r.name: r for r in regimes}
     lines = []
     for r in regimes:
         top = r.dominant
-        lines.append(f"- **{r.name}**: {fmt_us(r.step_us)} µs per step; {top.layer} dominates "
-                     f"with {top.us / r.step_us:.0%} ({fmt_us(top.us)} µs).")
-    if "eager" in by_name and "graph" in by_name:
-        e, g = by_name["eager"], by_name["graph"]
-        lines.append(f"- Capturing the step in a graph takes it from {fmt_us(e.step_us)} µs to "
-                     f"{fmt_us(g.step_us)} µs ({e.step_us / g.step_us:.1f}x).")
+        lines.append(f"- **{r.name}** ({r.config}): {fmt_us(r.step_us)} µs per step; "
+                     f"{top.layer} dominates with {top.us / r.step_us:.0%} ({fmt_us(top.us)} µs).")
+    lines += _transitions(by_name)
     agreed = seeds[seeds["agrees?"] != "n/a"]
     if not agreed.empty:
         yes = int((agreed["agrees?"] == "yes").sum())
