@@ -73,8 +73,14 @@ def merge(executed: list[Path], profile: str):
     for path, name in zip(executed, names, strict=True):
         nb = nbformat.read(path, as_version=4)
         merged.cells.append(nbformat.v4.new_markdown_cell(f'<a id="{name}"></a>\n\n---'))
-        merged.cells.extend(c for c in nb.cells if "parameters" not in c.metadata.get("tags", [])
-                            and "injected-parameters" not in c.metadata.get("tags", []))
+        for cell in nb.cells:
+            tags = cell.metadata.get("tags", [])
+            if "parameters" in tags or "injected-parameters" in tags:
+                continue
+            if cell.cell_type == "code":  # warnings and library logs are for the notebook, not the report
+                cell.outputs = [o for o in cell.get("outputs", [])
+                                if not (o.output_type == "stream" and o.name == "stderr")]
+            merged.cells.append(cell)
     merged.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                      "language": "python"}
     return merged
