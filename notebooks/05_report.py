@@ -106,14 +106,17 @@ display(Markdown(f"Source: {origin_name}; {len(regimes)} of "
 #
 # Left: each regime's step split into layers, as shares of the step. Right: the step itself on a
 # log scale, coloured by its dominant layer. Removing one layer does not make a step free: it
-# shows the next one. The figure and the regime table below are also written to
-# `figures/headline_decomposition.png` and `figures/headline_regimes.md`, the README's copies.
+# shows the next one. With the default parameters the figure and the regime table below are
+# also written to `figures/headline_decomposition.png` and `figures/headline_regimes.md`, the
+# README's copies.
 
 # %%
 if regimes:
     fig = decomposition_figure(terms, table, f"One decode step, layer by layer: {origin_name}")
-    plots.save(fig, "headline_decomposition")
-    (paths.figures_dir() / "headline_regimes.md").write_text(regime_markdown(table, params.origin))
+    if params.is_headline:  # the README's copies come from the default configuration only
+        plots.save(fig, "headline_decomposition")
+        (paths.figures_dir() / "headline_regimes.md").write_text(
+            regime_markdown(table, params.origin))
 else:
     fig = empty_figure(f"No decomposition yet: no phase tables from {origin_name}.")
 

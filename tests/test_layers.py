@@ -141,6 +141,8 @@ def test_load_tables_reads_a_reference_tree(tmp_path, monkeypatch):
 
 def test_notebook_params_validate():
     assert NotebookParams(profile="smoke").origin == "reference/h200"
+    assert NotebookParams(profile="smoke", interactive=False).is_headline
+    assert not NotebookParams(toy_config="h256").is_headline
     with pytest.raises(ConfigError, match="toy_config"):
         NotebookParams(toy_config="huge")
     with pytest.raises(ConfigError, match="runtime_batch"):
