@@ -110,8 +110,10 @@ def agrees(ours: float, seed: float, factor: float = AGREE_FACTOR) -> tuple[str,
 def _fmt(value: float, unit: str) -> str:
     if unit == "x":
         return f"{value:,.3g}x"
-    if abs(value) >= 1e5:
-        return f"{value / 1e6:,.3g}M {unit}" if abs(value) >= 1e6 else f"{value / 1e3:,.3g}k {unit}"
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:,.3g}M {unit}"
+    if abs(value) >= 1e3:
+        return f"{value / 1e3:,.3g}k {unit}"
     return f"{value:,.3g} {unit}"
 
 
