@@ -28,6 +28,7 @@ NOTEBOOK_PARAMS: dict[str, str] = {
     "04_runtime": "decodelab.runtime.notebook:NotebookParams",
     "05_report": "decodelab.layers:NotebookParams",
 }
+CELL_TIMEOUT_S = 900  # seconds; the slowest cell (a GPU-profile sweep) takes a few minutes
 _NAME = re.compile(r"^\d\d_[a-z0-9_]+$")
 
 
@@ -141,8 +142,10 @@ def run(name: str, overrides: dict[str, Any], out_dir: Path, *, progress: bool =
         src = Path(tmp) / f"{name}.ipynb"
         nbformat.write(read_notebook(name), src)
         result = Path(tmp) / f"{name}.executed.ipynb"
+        # A per-cell limit turns a stalled kernel into an error instead of a hung report run.
         pm.execute_notebook(str(src), str(result), parameters=params, kernel_name="python3",
-                            cwd=str(paths.notebooks_dir()), progress_bar=progress)
+                            cwd=str(paths.notebooks_dir()), progress_bar=progress,
+                            execution_timeout=CELL_TIMEOUT_S)
         final = out_dir / f"{name}.ipynb"
         shutil.move(str(result), final)
     return final

@@ -22,12 +22,19 @@ from decodelab.profiles import PROFILES
 from decodelab.validate import ConfigError, check_choice, check_int
 
 PROVEN = ("block", "grid", "cluster")  # version 1 (kernels/persistent.cu)
+def _seed_value(key: str) -> float:
+    from decodelab.seed_claims import SEED_CLAIMS as quotations
+
+    return next(c.value for c in quotations if c.key == key)
+
+
 VARIANTS = (*PROVEN, *(f"{v}_v2" for v in PROVEN))  # version 2: kernels/persistent_v2.cuh
 VARIANT_CODES = {name: code for code, name in enumerate(VARIANTS)}  # as toyk::Variant
 THREADS = (256, 512)
 MAX_HIDDEN = 1024
-# The seed study's persistent-kernel claims (seeds/004, README, one SM75 GPU): steps/s.
-SEED_CLAIMS = {"ultra-light": 2.1e6, "h256": 153e3}
+# The seed study's persistent-kernel claims (steps/s), read from the one place quotations live.
+SEED_CLAIMS = {"ultra-light": _seed_value("persistent_ultra_light"),
+               "h256": _seed_value("persistent_h256")}
 # This project's targets on the H200 (issue text): steps/s and ratio to the 1-step graph.
 TARGETS = {"ultra-light": (2.0e6, 30.0), "h256": (500e3, None)}
 
