@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from decodelab.graphs import capture, warm_up
 from decodelab.runtime.sampling import (
     PenaltyState,
     RowParams,
@@ -221,15 +222,8 @@ def test_choose_mode_flags():
 
 
 def _capture(fn):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
+    warm_up(fn)
+    return capture(fn)[0]
 
 
 @pytest.mark.gpu

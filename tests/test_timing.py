@@ -88,3 +88,37 @@ def test_auto_inner_reaches_target():
 def test_stats_scaled():
     st = summarize([1.0, 2.0, 3.0]).scaled(1e6)
     assert st.median == 2e6 and st.n == 3
+
+
+def test_cpu_threads_restores_the_thread_count():
+    import torch
+
+    from decodelab.timing import cpu_threads
+
+    before = torch.get_num_threads()
+    with cpu_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), cpu_threads(1):
+        raise RuntimeError("inside")
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.gpu
+def test_time_graph_replays_is_positive_and_scales_with_work():
+    import torch
+
+    from decodelab.timing import time_graph_replays
+
+    x = torch.randn(4096, 4096, device="cuda")
+    x @ x  # create the cuBLAS handle and workspace before capture
+    torch.cuda.synchronize()
+    graphs = []
+    for n in (1, 4):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(n):
+                x @ x
+        graphs.append(g)
+    one, four = (time_graph_replays(g, 5) for g in graphs)
+    assert 0 < one < four

@@ -8,12 +8,16 @@ re-seeding ``x`` between replays changes what the replay computes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
 from decodelab import toy
 from decodelab.validate import ConfigError, check_int
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +29,27 @@ class StaticState:
     def like(cls, x0: torch.Tensor, k_steps: int) -> StaticState:
         tokens = torch.zeros(k_steps, x0.shape[0], dtype=torch.int64, device=x0.device)
         return cls(x0.clone(), tokens)
+
+
+def warm_up(fn: Callable[[], object], times: int = 1) -> None:
+    """Run ``fn`` ``times`` on a side stream ordered after the work already issued, as
+    ``torch.cuda.graphs`` advises before a capture (cuBLAS handles, Triton compilation,
+    allocator state are created outside the graph)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(times):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+
+
+def capture(fn: Callable[[], T], *, pool=None) -> tuple[torch.cuda.CUDAGraph, T]:
+    """Capture one call of ``fn`` (warm it up first); returns the graph and what the captured
+    call returned (the static outputs each replay rewrites)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        out = fn()
+    return graph, out
 
 
 def run_steps_(weights: toy.ToyWeights, state: StaticState) -> None:
@@ -48,16 +73,8 @@ class CapturedSteps:
         self.weights = weights
         self.k_steps = k_steps
         self.state = StaticState.like(x0, k_steps)
-        # Warm up on a side stream (cuBLAS handles, allocator) as torch.cuda.graphs advises.
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(warmup):
-                run_steps_(weights, self.state)
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool):
-            run_steps_(weights, self.state)
+        warm_up(lambda: run_steps_(weights, self.state), warmup)
+        self.graph, _ = capture(lambda: run_steps_(weights, self.state), pool=pool)
         self.reset(x0)
 
     def reset(self, x: torch.Tensor) -> None:

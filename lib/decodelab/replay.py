@@ -120,15 +120,8 @@ def graph_of_adds(n: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
     check_int("graph_of_adds", "n", n, 1, MAX_NODES)
     require_cuda()
     x = torch.zeros(1, device="cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        x.add_(1.0)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(n):
-            x.add_(1.0)
+    graphs.warm_up(lambda: x.add_(1.0))
+    graph, _ = graphs.capture(lambda: [x.add_(1.0) for _ in range(n)])
     return graph, x
 
 

@@ -10,6 +10,7 @@ Clocks are injectable so the statistics can be tested exactly with fake clocks.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -160,6 +161,35 @@ def time_cuda(fn: Callable[[], object], cfg: TimingConfig = TimingConfig(), *,
         host.append((c1 - c0) / cfg.inner)
         device.append(start.elapsed_time(end) * 1e-3 / cfg.inner)
     return Timing(tuple(wall), tuple(host), tuple(device))
+
+
+def time_graph_replays(graph, reps: int) -> float:
+    """Seconds per replay of a captured CUDA graph: one untimed replay, then ``reps`` replays
+    between two CUDA events (back to back, so launch gaps between replays are included)."""
+    import torch
+
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e-3 / reps
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int):
+    """Run a block with ``n`` torch CPU threads (tiny-model CPU steps are a few hundred small
+    ops; with one thread, thread-pool wake-ups no longer dominate and scatter them)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def cuda_sync() -> None:

@@ -54,7 +54,20 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-class EagerStep:
+class _HeldState:
+    """Accessors of a step that holds its state ``_x`` and last token ``_token`` itself."""
+
+    _x: torch.Tensor
+    _token: torch.Tensor
+
+    def state(self) -> torch.Tensor:
+        return self._x
+
+    def token(self) -> torch.Tensor:
+        return self._token
+
+
+class EagerStep(_HeldState):
     """The baseline: the toy step as plain PyTorch ops (allocates its outputs, no copies)."""
 
     mode = "eager"
@@ -70,12 +83,6 @@ class EagerStep:
     def reset(self, x: torch.Tensor) -> None:
         self._x = x.clone()
         self._token = torch.zeros(x.shape[0], dtype=torch.int64, device=x.device)
-
-    def state(self) -> torch.Tensor:
-        return self._x
-
-    def token(self) -> torch.Tensor:
-        return self._token
 
 
 class GraphStep:
@@ -103,7 +110,7 @@ class GraphStep:
         return self.captured.state.tokens[0]
 
 
-class CompiledStep:
+class CompiledStep(_HeldState):
     """The toy step through ``torch.compile``; ``graphs`` selects mode="reduce-overhead".
 
     ``compile`` feeds each call's output state to the next call. ``compile_graphs`` keeps the
@@ -161,11 +168,6 @@ class CompiledStep:
             self._x = x.clone()
         self._token = torch.zeros(x.shape[0], dtype=torch.int64, device=x.device)
 
-    def state(self) -> torch.Tensor:
-        return self._x
-
-    def token(self) -> torch.Tensor:
-        return self._token
 
 
 def check_mode(mode: str, device: torch.device | str) -> None:

@@ -51,6 +51,7 @@ from decodelab.runtime.config import named_config
 from decodelab.runtime.engine_config import EngineConfig
 from decodelab.runtime.model import PagedLlama
 from decodelab.runtime.weights import random_weights
+from decodelab.timing import cpu_threads
 from decodelab.validate import check_choice
 
 
@@ -118,14 +119,8 @@ def bench(profile: str, out_dir: Path) -> list[Path]:
     dev = torch.device("cuda" if cfg.profile == "gpu" and has_cuda() else "cpu")
     if dev.type == "cuda":
         return _bench(cfg, dev, out_dir)
-    # The tiny model's CPU step is a few hundred small ops: one thread, as in bench_model,
-    # so that thread-pool wake-ups do not dominate (and scatter) every phase of the step.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with cpu_threads(1):  # see timing.cpu_threads: one thread for a tiny model's small ops
         return _bench(cfg, dev, out_dir)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Path]:

@@ -35,7 +35,7 @@ from decodelab.runtime.cache import PagedKVCache
 from decodelab.runtime.config import named_config
 from decodelab.runtime.model import PagedLlama
 from decodelab.runtime.weights import from_state_dict, random_state_dict
-from decodelab.timing import TimingConfig, time_cuda, time_host
+from decodelab.timing import TimingConfig, cpu_threads, time_cuda, time_host
 from decodelab.validate import check_choice
 
 
@@ -143,14 +143,8 @@ def bench(profile: str, out_dir: Path) -> list[Path]:
     dev = torch.device("cuda" if cfg.profile == "gpu" and has_cuda() else "cpu")
     if dev.type == "cuda":
         return _bench(cfg, dev, out_dir)
-    # A tiny model's CPU step is a few hundred small ops: one thread, both for us and for
-    # transformers, avoids thread-pool wake-ups that dominate (and scatter) such steps.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with cpu_threads(1):  # see timing.cpu_threads: one thread for a tiny model's small ops
         return _bench(cfg, dev, out_dir)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list[Path]:

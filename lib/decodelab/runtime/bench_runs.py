@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from decodelab.graphs import capture, warm_up
 from decodelab.runtime.batch import prefill_params
 from decodelab.runtime.engine import Engine
 from decodelab.runtime.engine_config import EngineConfig
@@ -254,14 +255,8 @@ def _graph_device_time(fn, tcfg: TimingConfig) -> float:
     NaN if capture fails (the eager-issued time is still reported)."""
     try:
         want = [t.clone() for t in fn()]
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            got = fn()
+        warm_up(fn)
+        graph, got = capture(fn)
         graph.replay()
         torch.cuda.synchronize()
         if not all(torch.equal(a, b) for a, b in zip(got, want, strict=True)):

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 
 import torch
 
+from decodelab.graphs import capture, warm_up
 from decodelab.runtime.model import PagedLlama
 from decodelab.validate import ConfigError, check_int
 
@@ -66,22 +67,14 @@ class DecodeGraphs:
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         pool = torch.cuda.graph_pool_handle()
-        # Warm up (Triton compilation, cuBLAS handles) on a side stream, as torch advises.
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for b in reversed(self.buckets):
-                for _ in range(warmup):
-                    self.model.decode(*self._static(b))
-        torch.cuda.current_stream().wait_stream(side)
+        for b in reversed(self.buckets):  # Triton compilation, cuBLAS handles: outside capture
+            warm_up(lambda b=b: self.model.decode(*self._static(b)), warmup)
         torch.cuda.synchronize()
         torch.cuda.empty_cache()  # so the pool's growth below is the graphs' own memory
         reserved = torch.cuda.memory_reserved()
         for b in reversed(self.buckets):  # largest first: later graphs fit in its pool
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                self.outputs[b] = self.model.decode(*self._static(b))
-            self.graphs[b] = graph
+            self.graphs[b], self.outputs[b] = capture(
+                lambda b=b: self.model.decode(*self._static(b)), pool=pool)
         torch.cuda.synchronize()
         self.capture_s = time.perf_counter() - t0
         self.graph_mem_mib = (torch.cuda.memory_reserved() - reserved) / 2**20

@@ -33,6 +33,7 @@ import torch
 
 from decodelab.runtime.batch import StaticBatch
 from decodelab.runtime.sampling import PenaltyState, SamplerMode, sample, sample_step
+from decodelab.timing import time_graph_replays
 
 
 class StepGraphs:
@@ -129,14 +130,7 @@ class StepGraphs:
             sample(self.logits(bucket), params, mode, self.penalties)
 
         graph = self._capture(pure, pure)
-        graph.replay()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / reps
+        return time_graph_replays(graph, reps) * 1e3  # ms
 
     def check(self, bucket: int, mode: SamplerMode) -> bool:
         """Replay the sampler graph of (bucket, mode) and run its body eagerly on the same

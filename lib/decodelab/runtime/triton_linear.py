@@ -21,6 +21,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from decodelab.timing import time_graph_replays
+
 # (BLOCK_N, BLOCK_K, num_warps) candidates; cuBLAS is always a candidate too. Wide K chunks
 # put a whole row block's bytes in flight in one load (a batch-1 matmul is latency-bound per
 # program); narrow ones give more iterations to overlap.
@@ -89,14 +91,7 @@ def _time_us(fn, n_weights: int, reps: int = 3) -> float:
     with torch.cuda.graph(graph):
         for i in range(calls):
             fn(i % n_weights)
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / (reps * calls)
+    return time_graph_replays(graph, reps) * 1e6 / calls  # µs per call
 
 
 class LinearPlan:
