@@ -195,6 +195,13 @@ NAMED_CONFIGS: dict[str, ModelConfig] = {
         num_kv_heads=8, head_dim=64, rms_norm_eps=1e-5, rope_theta=500000.0,
         rope_scaling=RopeScaling(32.0, 1.0, 4.0, 8192), max_position_embeddings=131072,
         tie_word_embeddings=True, name="llama-3.2-1b"),
+    # Llama-3.1-8B's shapes: 16 GB of bf16 weights, the model that needs more than one GPU's
+    # bandwidth to decode fast (the tensor-parallel study).
+    "llama-3.1-8b": ModelConfig(
+        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_layers=32, num_heads=32,
+        num_kv_heads=8, head_dim=128, rms_norm_eps=1e-5, rope_theta=500000.0,
+        rope_scaling=RopeScaling(8.0, 1.0, 4.0, 8192), max_position_embeddings=131072,
+        tie_word_embeddings=False, name="llama-3.1-8b"),
     # Small enough for CPU tests in fp32, but with every feature switched on (GQA, llama3 rope).
     "tiny": ModelConfig(
         vocab_size=512, hidden_size=128, intermediate_size=256, num_layers=3, num_heads=8,

@@ -130,7 +130,7 @@ class PagedLlama:
         does RoPE, the cache write and attention, which differ between prefill and decode."""
         cfg, w, ops, eps = self.config, self.weights, self.ops, self.config.rms_norm_eps
         t = ids.shape[0]
-        h = F.embedding(ids, w.embed)  # (T, d) residual stream
+        h = self._embed(ids)  # (T, d) residual stream
         x = ops.rms_norm(h, w.layers[0].attn_norm, eps)
         for i, lw in enumerate(w.layers):
             qkv = ops.linear(x, lw.qkv, lw.qkv_bias)  # (T, q_size + 2 kv_size)
@@ -138,12 +138,21 @@ class PagedLlama:
             a = attend(i, q.view(t, cfg.num_heads, cfg.head_dim),
                        k.view(t, cfg.num_kv_heads, cfg.head_dim),
                        v.view(t, cfg.num_kv_heads, cfg.head_dim))
-            h, x = ops.add_rms_norm(h, ops.linear(a.reshape(t, cfg.q_size), lw.o), lw.mlp_norm,
-                                    eps)
-            mlp = ops.swiglu_linear(ops.linear(x, lw.gate_up), lw.down)
+            o = self._reduce(ops.linear(a.reshape(t, cfg.q_size), lw.o))
+            h, x = ops.add_rms_norm(h, o, lw.mlp_norm, eps)
+            mlp = self._reduce(ops.swiglu_linear(ops.linear(x, lw.gate_up), lw.down))
             nxt = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.final_norm
             h, x = ops.add_rms_norm(h, mlp, nxt, eps)
         return x
+
+    # Hooks a tensor-parallel subclass overrides (``decodelab.parallel.model``): on one device the
+    # embedding is a lookup, the row-parallel sums are identities and the head is local.
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.weights.embed)
+
+    def _reduce(self, partial: torch.Tensor) -> torch.Tensor:
+        """Sum of a row-parallel matmul's partial outputs over the tensor-parallel ranks."""
+        return partial
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         return self.ops.linear(x, self.weights.lm_head).float()

@@ -1,0 +1,77 @@
+"""Tensor-parallel correctness: TP=n against TP=1 on the same weights, and a launcher that runs
+a function on n spawned ranks (gloo on CPU, NCCL on GPUs) without torchrun (tests, notebooks).
+
+Stated bound (also the GPU test's and ``bench tp``'s): ``TP_BF16_RTOL``, max |logit difference| /
+max |TP=1 logit| per step, teacher-forced, bf16. The splits change only the order in which the
+row-parallel partial sums are added (each rank's partial is rounded to bf16 before the sum), so
+the difference is a few bf16 ulps of the logits' scale; fp32 on CPU is checked at 1e-5.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from decodelab.parallel.group import TPGroup, disable_multicast, init_world, shutdown
+from decodelab.parallel.model import TensorParallelLlama
+from decodelab.parallel.shard import local_config, shard_weights
+from decodelab.runtime.cache import PagedKVCache
+from decodelab.runtime.config import ModelConfig
+from decodelab.runtime.model import greedy_generate
+from decodelab.runtime.weights import Weights
+
+TP_BF16_RTOL = 0.02
+TP_FP32_RTOL = 1e-5
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).abs().max() / b.float().abs().max())
+
+
+def build_model(config: ModelConfig, full: Weights, group: TPGroup, *, num_blocks: int,
+                block_size: int = 16, backend: str = "auto") -> TensorParallelLlama:
+    """This rank's model: its weight shard and a KV cache of its KV heads, on its device."""
+    dtype = full.embed.dtype
+    cache = PagedKVCache(local_config(config, group.size), num_blocks, block_size, dtype=dtype,
+                         device=group.device)
+    shard = shard_weights(config, full, group.rank, group.size)
+    return TensorParallelLlama(config, shard, cache, group, backend=backend)
+
+
+def greedy(model: TensorParallelLlama, prompts: Sequence[Sequence[int]], new_tokens: int, *,
+           step: Callable | None = None, forced: Sequence[Sequence[int]] | None = None
+           ) -> tuple[list[list[int]], torch.Tensor]:
+    """``greedy_generate`` on every rank of the model's group (all ranks get the same logits)."""
+    tokens, logits = greedy_generate(model, prompts, new_tokens, step=step, forced=forced)
+    return tokens, logits.cpu()
+
+
+def _spawned(index: int, fn: Callable, world_size: int, backend: str, store: str,
+             result: str, args: tuple) -> None:
+    world = init_world(backend, init_method=f"file://{store}", rank=index,
+                       world_size=world_size)
+    try:
+        out = fn(world, *args)
+        if world.rank == 0:
+            torch.save(out, result)
+    finally:
+        shutdown(world)
+
+
+def run_on_ranks(fn: Callable[..., Any], world_size: int, *args: Any,
+                 backend: str = "gloo") -> Any:
+    """Run ``fn(world: TPGroup, *args)`` on ``world_size`` spawned processes; returns rank 0's
+    result. ``fn`` must be importable (a module-level function)."""
+    import torch.multiprocessing as mp
+
+    disable_multicast()  # inherited by the spawned ranks before NCCL starts there
+    with tempfile.TemporaryDirectory() as tmp:
+        store, result = os.path.join(tmp, "store"), os.path.join(tmp, "result.pt")
+        mp.spawn(_spawned, args=(fn, world_size, backend, store, result, args),
+                 nprocs=world_size, join=True)
+        return torch.load(result, weights_only=False) if Path(result).exists() else None
