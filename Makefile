@@ -3,6 +3,7 @@
 #   make test      set up .venv, run the test suite (GPU tests skip without CUDA)
 #   make test-gpu  GPU-marked tests with the machine's own python3 (installs nothing)
 #   make bench-gpu reference measurements with the machine's own python3 (installs nothing)
+#   make bench-gpu-tp  tensor-parallel reference measurements on every GPU of the machine
 
 PYTHON     ?= python3
 VENV       := .venv
@@ -16,7 +17,7 @@ PROFILE    ?=
 PIP        := $(VPY) -m pip install --quiet --disable-pip-version-check
 HAS_CUDA   := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 
-.PHONY: setup browser report test test-gpu bench-gpu lint notebooks-sync clean-local
+.PHONY: setup browser report test test-gpu bench-gpu bench-gpu-tp lint notebooks-sync clean-local
 
 setup: $(STAMP)
 
@@ -45,11 +46,19 @@ browser:
 	  || echo "chromium not installed: the report rendering test will skip"
 
 test-gpu:
-	PYTHONPATH=lib $(PYTHON) -m pytest -q -m gpu -p no:cacheprovider tests
+	NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=lib $(PYTHON) -m pytest -q -m gpu -p no:cacheprovider tests
 
 bench-gpu:
 	PYTHONPATH=lib $(PYTHON) -m decodelab bench all --profile gpu \
 	  --out data/reference/$$(PYTHONPATH=lib $(PYTHON) -c 'from decodelab.device import collect_info; print(collect_info().label)')
+
+# One process per GPU (torchrun); NVLink multicast stays off in every process.
+TP_GPUS ?= $(shell nvidia-smi -L 2>/dev/null | wc -l)
+bench-gpu-tp:
+	NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=lib \
+	  $(PYTHON) -m torch.distributed.run --nproc-per-node $(TP_GPUS) -m decodelab bench tp \
+	  --profile gpu --out data/reference/$$(PYTHONPATH=lib $(PYTHON) -c 'from decodelab.device \
+	  import collect_info; print(collect_info().label)')x$(TP_GPUS)
 
 lint: setup
 	$(VPY) -m ruff check lib tests notebooks

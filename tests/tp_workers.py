@@ -48,8 +48,9 @@ def nccl_matches_tp1(world: TPGroup, model_name: str, new_tokens: int):
     graphs = DecodeGraphs(model, (8,), width)
     eager = greedy(model, batch, new_tokens)
     graph = greedy(model, batch, new_tokens, step=graphs.run)
-    forced = greedy(model, batch, new_tokens, step=graphs.run,
-                    forced=ref[0] if ref is not None else graph[0])
+    shared = [ref[0] if ref is not None else None]
+    torch.distributed.broadcast_object_list(shared, src=0)  # every rank feeds TP=1's tokens
+    forced = greedy(model, batch, new_tokens, step=graphs.run, forced=shared[0])
     del graphs
     torch.cuda.synchronize()
     return ref, eager, graph, forced

@@ -21,7 +21,11 @@ PHASES: dict[str, str] = {
     "persistent": "decodelab.persistent",
     "paged_model": "decodelab.runtime.bench_model",
     "runtime": "decodelab.runtime.bench_engine",
+    "tp": "decodelab.parallel.bench",
 }
+# Phases that need one process per GPU (``make bench-gpu-tp`` starts them under torchrun);
+# ``bench all`` leaves them out.
+TORCHRUN_PHASES = ("tp",)
 
 
 def run_phase(phase: str, profile: str, out_dir: Path) -> list[Path]:

@@ -52,10 +52,15 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from decodelab.bench import PHASES, run_all, run_phase_quietly
+    from decodelab.bench import PHASES, TORCHRUN_PHASES, run_all, run_phase_quietly
 
     profile = _check_profile(args.profile)
-    phases = list(PHASES) if args.phase == "all" else [args.phase]
+    if args.phase == "all":
+        phases = [p for p in PHASES if p not in TORCHRUN_PHASES]
+        print(f"[bench] all: leaves out {', '.join(TORCHRUN_PHASES)} (one process per GPU: "
+              "make bench-gpu-tp)")
+    else:
+        phases = [args.phase]
     for phase in phases:
         if phase not in PHASES:
             raise ConfigError(f"unknown phase {phase!r}; allowed: all, {', '.join(PHASES)}")

@@ -1,0 +1,275 @@
+"""``python -m decodelab bench tp`` (under ``torchrun --nproc-per-node N``): tensor-parallel
+decode, where its time goes, and what the collectives cost.
+
+Started by torchrun with N processes, it measures TP=1 (rank 0 alone, the same code with a group
+of one) and TP=N, for each model shape, eager and CUDA graph. Started plainly, it is a world of
+one and measures TP=1 only. Rank 0 writes the tables:
+
+``tp``, one row per model x tp x mode x batch (context ``context`` tokens per sequence):
+- ``ms_per_token``: wall time of one decode step (one new token per sequence), the slowest rank;
+- ``ms_no_comm``: the same step with every collective replaced by a local stand-in of the same
+  shape (``TPGroup.without_comm``: wrong numbers, the same compute), so
+  ``comm_ms = ms_per_token - ms_no_comm`` is what communication adds to the step;
+- ``ms_comm_alone``: the step's collectives alone (2 L + 1 all-reduces of (bucket, d), one
+  all-gather of (bucket, V / tp)), same mode, on static buffers; the difference between it and
+  ``comm_ms`` is how much of the communication the step hides or serialises;
+- validation before timing: graph tokens equal eager tokens, and TP=N's logits (teacher-forced
+  on TP=1's greedy tokens) within ``TP_BF16_RTOL`` of TP=1's; free-running token equality is
+  recorded (``tokens_equal_tp1``).
+``tp_collectives``: all-reduce latency and bus bandwidth against message size, eager and graph.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from decodelab.device import has_cuda
+from decodelab.parallel import collectives as coll
+from decodelab.parallel.check import TP_BF16_RTOL, TP_FP32_RTOL, build_model, greedy, rel_err
+from decodelab.parallel.group import NO_MULTICAST_ENV, TPGroup, init_world, shutdown, sub_group
+from decodelab.parallel.shard import check_tp
+from decodelab.profiles import PROFILES
+from decodelab.results import write_table
+from decodelab.runtime.bench_checks import prompts
+from decodelab.runtime.bench_model import copy_bandwidth_gb_s
+from decodelab.runtime.cache import PagedKVCache
+from decodelab.runtime.config import named_config
+from decodelab.runtime.graphs import DecodeGraphs
+from decodelab.runtime.weights import random_weights
+from decodelab.timing import TimingConfig, time_cuda, time_host
+from decodelab.validate import check_choice
+
+SWEEP_BYTES = tuple(1 << k for k in range(10, 29))  # 1 KiB .. 256 MiB
+
+
+@dataclass(frozen=True, slots=True)
+class TPBenchConfig:
+    profile: str
+    models: tuple[str, ...]
+    dtype: str
+    graph_batches: tuple[int, ...]
+    eager_batches: tuple[int, ...]
+    context: int
+    sweep_bytes: tuple[int, ...]
+    sweep_ops: int = 32  # all-reduces per timed sample (one graph of them in graph mode)
+    sweep_samples: int = 15
+    check_tokens: int = 12
+    block_size: int = 16
+    warmup: int = 3
+    repeats: int = 7
+    inner: int = 8
+
+    def __post_init__(self) -> None:
+        check_choice("TPBenchConfig", "profile", self.profile, PROFILES)
+        check_choice("TPBenchConfig", "dtype", self.dtype, ("bfloat16", "float32"))
+        for m in self.models:
+            named_config(m)
+
+    @classmethod
+    def for_profile(cls, profile: str) -> TPBenchConfig:
+        if profile == "gpu" and has_cuda():
+            return cls(profile, ("llama-3.2-1b", "llama-3.1-8b"), "bfloat16",
+                       (1, 2, 4, 8, 16, 32, 64, 128), (1, 8, 32, 128), 512, SWEEP_BYTES)
+        if profile == "smoke":
+            return cls(profile, ("tiny",), "float32", (), (1, 4), 32, (1 << 10, 1 << 14),
+                       sweep_ops=4, sweep_samples=3, check_tokens=4, warmup=1, repeats=2,
+                       inner=2)
+        return cls(profile, ("tiny",), "float32", (), (1, 4, 16), 64,
+                   tuple(1 << k for k in range(10, 21, 2)), sweep_ops=8, sweep_samples=5)
+
+    @property
+    def timing(self) -> TimingConfig:
+        return TimingConfig(self.warmup, self.repeats, self.inner)
+
+    def modes(self, cuda: bool) -> dict[str, tuple[int, ...]]:
+        out = {"eager": self.eager_batches}
+        if cuda:
+            out["graph"] = self.graph_batches
+        return out
+
+
+def bench(profile: str, out_dir: Path) -> list[Path]:
+    cfg = TPBenchConfig.for_profile(profile)
+    world = init_world()
+    try:
+        for m in cfg.models:
+            check_tp(named_config(m), world.size)  # refuse before any GPU work
+        return _bench(cfg, world, out_dir)
+    finally:
+        shutdown(world)
+
+
+def _bench(cfg: TPBenchConfig, world: TPGroup, out_dir: Path) -> list[Path]:
+    t0 = time.perf_counter()
+    cuda = world.device.type == "cuda"
+    dtype = getattr(torch, cfg.dtype)
+    bw = copy_bandwidth_gb_s(world.device, (1 << 30) if cuda else (64 << 20), cfg.timing)
+    rows: list[dict] = []
+    for name in cfg.models:
+        rows += _bench_model(cfg, world, name, dtype, bw)
+    sweep = []
+    if world.size > 1:
+        modes = ("eager", "graph") if cuda else ("eager",)
+        sweep = coll.all_reduce_sweep(world, cfg.sweep_bytes, modes, dtype, cfg.sweep_ops,
+                                      cfg.sweep_samples)
+    if world.rank != 0:
+        return []
+    env = {k: os.environ.get(k) for k in NO_MULTICAST_ENV}
+    meta = dict(config=cfg, world_size=world.size, backend="nccl" if cuda else "gloo",
+                nccl=".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+                multicast_env=env)
+    for r in rows:
+        r.update(bench_s=round(time.perf_counter() - t0, 1), world_size=world.size)
+    paths = [write_table("tp", rows, out_dir=out_dir, config=meta, profile=cfg.profile)]
+    if sweep:
+        paths.append(write_table("tp_collectives", sweep, out_dir=out_dir, config=meta,
+                                 profile=cfg.profile))
+    return paths
+
+
+def _bench_model(cfg: TPBenchConfig, world: TPGroup, name: str, dtype: torch.dtype,
+                 bw: float) -> list[dict]:
+    """TP=1 (rank 0 alone), then TP=world, for one model shape; rows on rank 0."""
+    config = named_config(name)
+    full = random_weights(config, seed=0, dtype=dtype, device=world.device)
+    width = -(-cfg.context // cfg.block_size) + 1
+    rows: list[dict] = []
+    reference: list = [None]  # TP=1's teacher-forcing tokens and logits, shared by broadcast
+    for tp in sorted({1, world.size}):
+        group = sub_group(world, tp)
+        if group is not None:
+            rows += _bench_tp(cfg, group, config, full, width, bw, reference)
+        world.barrier()
+    return rows
+
+
+def _bench_tp(cfg, group: TPGroup, config, full, width: int, bw: float, reference: list
+              ) -> list[dict]:
+    cuda = group.device.type == "cuda"
+    max_batch = max(cfg.graph_batches + cfg.eager_batches)
+    model = build_model(config, full, group, num_blocks=max_batch * width + 64,
+                        block_size=cfg.block_size)
+    twin = model.with_group(group.without_comm()) if group.size > 1 else None
+    graphs = twin_graphs = None
+    if cuda and cfg.graph_batches:
+        graphs = DecodeGraphs(model, cfg.graph_batches, width)
+        if twin is not None:
+            twin_graphs = DecodeGraphs(twin, cfg.graph_batches, width)
+    checks = _validate(cfg, group, model, graphs, reference)
+    gen = torch.Generator().manual_seed(0)
+    model.cache.k.normal_()  # the attended K/V: finite, non-zero values (timing never on zeros)
+    model.cache.v.normal_()
+    rows = []
+    for mode, batches in cfg.modes(cuda).items():
+        for batch in batches:
+            tables, inputs = _decode_inputs(model.cache, batch, cfg.context, gen)
+            if mode == "graph":
+                step, no_comm = graphs.run, twin_graphs.run if twin_graphs else None
+            else:
+                step, no_comm = model.decode, twin.decode if twin else None
+            msgs = _messages(model, graphs.bucket_for(batch) if mode == "graph" else batch)
+            times = _measure(cfg, group, mode, step, no_comm, inputs, msgs)
+            for t in tables:
+                model.cache.pool.free(t)
+            rows.append(_row(cfg, model, group, mode, batch, msgs, *times, bw, checks, graphs))
+    del graphs, twin_graphs, model, twin
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _measure(cfg, group: TPGroup, mode: str, step, no_comm, inputs, msgs: coll.StepMessages
+             ) -> tuple[float, ...]:
+    """(wall, host, device, wall without collectives, collectives alone) seconds per step."""
+    wall, host, dev = _time(group, lambda: step(*inputs), cfg.timing)
+    if no_comm is None:  # a group of one: nothing to communicate
+        return wall, host, dev, float("nan"), float("nan")
+    t_no_comm = _time(group, lambda: no_comm(*inputs), cfg.timing)[0]
+    ops, refill = coll.step_collectives(group, msgs)
+    t_alone = coll.time_ops(group, ops, refill, 1, mode, cfg.repeats * 2, cfg.warmup).wall_s
+    return wall, host, dev, t_no_comm, t_alone
+
+
+def _validate(cfg, group: TPGroup, model, graphs, reference: list) -> dict:
+    """Graph against eager, and this TP size against TP=1 (rank 0's first run): raises on a
+    disagreement before anything is timed. Every rank ends with the same verdicts."""
+    batch = prompts(model.full_config, 4)
+    n = cfg.check_tokens
+    eager = greedy(model, batch, n)
+    out = dict(graph_equals_eager=float("nan"), max_rel_err_vs_tp1=0.0, tokens_equal_tp1=True)
+    if graphs is not None:
+        graph = greedy(model, batch, n, step=graphs.run)
+        if graph[0] != eager[0]:
+            raise AssertionError(f"tp={group.size}: graph decode tokens differ from eager")
+        out["graph_equals_eager"] = True
+    if group.size == 1:
+        reference[0] = eager
+        return out
+    ref_obj = [reference[0]]
+    dist.broadcast_object_list(ref_obj, src=0, group=group.group)  # rank 0 ran TP=1
+    ref_tokens, ref_logits = ref_obj[0]
+    forced = greedy(model, batch, n, forced=ref_tokens)
+    err = rel_err(forced[1], ref_logits)
+    bound = TP_BF16_RTOL if model.dtype == torch.bfloat16 else TP_FP32_RTOL
+    if err > bound:
+        raise AssertionError(f"tp={group.size} logits vs tp=1: {err:.3g} > {bound}")
+    out.update(max_rel_err_vs_tp1=err, tokens_equal_tp1=eager[0] == ref_tokens)
+    return out
+
+
+def _decode_inputs(cache: PagedKVCache, batch: int, context: int, gen: torch.Generator):
+    """B sequences of ``context`` tokens (the last one new this step). Token ids come from a
+    seeded CPU generator, so every rank feeds the same ids."""
+    bs = cache.block_size
+    tables = [cache.pool.allocate(cache.pool.blocks_needed(context)) for _ in range(batch)]
+    bt = cache.block_table_tensor(tables)
+    pos = torch.full((batch,), context - 1, dtype=torch.int64, device=cache.device)
+    rows = torch.arange(batch, device=cache.device)
+    slots = bt[rows, pos // bs].long() * bs + pos % bs
+    ids = torch.randint(0, cache.config.vocab_size, (batch,), generator=gen).to(cache.device)
+    return tables, (ids, pos, slots, bt, (pos + 1).int())
+
+
+def _time(group: TPGroup, fn, cfg: TimingConfig) -> tuple[float, float, float]:
+    """(wall, host, device) seconds per call, medians, each the slowest rank's."""
+    group.barrier()
+    if group.device.type == "cuda":
+        t = time_cuda(fn, cfg)
+        vals = (t.wall_stats().median, t.host_stats().median, t.device_stats().median)
+    else:
+        t = time_host(fn, cfg)
+        vals = (t.wall_stats().median, t.host_stats().median, t.wall_stats().median)
+    return tuple(coll.group_max(group, v) for v in vals)
+
+
+def _messages(model, rows: int) -> coll.StepMessages:
+    cfg = model.full_config
+    return coll.StepMessages(rows, cfg.hidden_size, cfg.vocab_size // model.group.size,
+                             2 * cfg.num_layers + 1, model.dtype)
+
+
+def _row(cfg, model, group: TPGroup, mode: str, batch: int, msgs: coll.StepMessages,
+         wall, host, dev, t_no_comm, t_alone, bw: float, checks: dict, graphs) -> dict:
+    kv_token = model.config.kv_bytes_per_token(model.cache.k.element_size())
+    nbytes = model.weights.nbytes_per_step(batch) + batch * cfg.context * kv_token
+    nan = float("nan")
+    graph = mode == "graph"
+    return dict(
+        model=model.full_config.name, tp=group.size, mode=mode, batch=batch,
+        bucket=msgs.batch if graph else nan, context=cfg.context, dtype=cfg.dtype,
+        ms_per_token=wall * 1e3, device_ms_per_step=dev * 1e3, host_ms_per_step=host * 1e3,
+        tokens_per_s=batch / wall, ms_no_comm=t_no_comm * 1e3,
+        comm_ms=(wall - t_no_comm) * 1e3, ms_comm_alone=t_alone * 1e3,
+        all_reduces_per_step=msgs.all_reduces if group.size > 1 else 0,
+        all_reduce_bytes=msgs.all_reduce_bytes if group.size > 1 else 0,
+        all_gather_bytes=msgs.all_gather_bytes if group.size > 1 else 0,
+        bytes_per_rank=nbytes, copy_gb_s=bw, roofline_fraction=nbytes / (bw * 1e9) / wall,
+        capture_s=graphs.capture_s if graph else nan,
+        graph_mem_mib=graphs.graph_mem_mib if graph else nan, **checks)
