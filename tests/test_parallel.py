@@ -81,3 +81,16 @@ def test_step_without_collectives_is_really_different():
     _, logits, _ = run_on_ranks(tp_workers.tiny_greedy, 2, {}, forced, True)
     assert logits.shape == ref_logits.shape
     assert rel_err(logits, ref_logits) > 0.1
+
+
+def test_divergence_allowed_only_at_a_near_tie():
+    from decodelab.parallel.check import unexplained_divergences
+
+    logits = torch.zeros(1, 3, 4)
+    logits[0, :, 1] = 10.0
+    logits[0, 1, 2] = 9.9  # step 1: token 2 is within 2 * 0.01 * 10 of token 1
+    ref = ([[1, 1, 1]], logits)
+    assert unexplained_divergences(ref, ([[1, 1, 1]], logits), 0.01) == []
+    assert unexplained_divergences(ref, ([[1, 2, 3]], logits), 0.01) == []
+    problems = unexplained_divergences(ref, ([[3, 1, 1]], logits), 0.01)
+    assert len(problems) == 1 and "row 0 step 0: token 3 instead of 1" in problems[0]

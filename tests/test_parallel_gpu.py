@@ -8,7 +8,12 @@ import pytest
 import torch
 import tp_workers
 
-from decodelab.parallel.check import TP_BF16_RTOL, rel_err, run_on_ranks
+from decodelab.parallel.check import (
+    TP_BF16_RTOL,
+    rel_err,
+    run_on_ranks,
+    unexplained_divergences,
+)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")]
@@ -29,8 +34,11 @@ def test_tp2_graph_equals_tp2_eager(runs):
 
 
 def test_tp2_equals_tp1_token_for_token(runs):
+    """Greedy tokens agree, except where TP=1's top two logits are within the stated bound
+    (random weights give flat logits: near ties happen, and bf16 sums may break them either
+    way); from such a tie on the two runs continue different sequences."""
     ref, _, graph, forced = runs
-    assert graph[0] == ref[0]
+    assert unexplained_divergences(ref, graph, TP_BF16_RTOL) == []
     # Teacher-forced on TP=1's tokens, every step's logits are within the stated bound.
     for step in range(NEW_TOKENS):
         assert rel_err(forced[1][:, step], ref[1][:, step]) < TP_BF16_RTOL, step

@@ -21,6 +21,7 @@ one and measures TP=1 only. Rank 0 writes the tables:
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import time
 from dataclasses import dataclass
@@ -94,8 +95,18 @@ class TPBenchConfig:
         return out
 
 
+def _log(world: TPGroup, msg: str) -> None:
+    """Progress on every rank (a multi-process run that stalls must show where)."""
+    print(f"[tp rank {world.rank} {time.perf_counter() - _T0:7.1f} s] {msg}", flush=True)
+
+
+_T0 = time.perf_counter()
+
+
 def bench(profile: str, out_dir: Path) -> list[Path]:
     cfg = TPBenchConfig.for_profile(profile)
+    if os.environ.get("DECODELAB_STACK_DUMP_S"):  # diagnosis: every thread's stack, once
+        faulthandler.dump_traceback_later(int(os.environ["DECODELAB_STACK_DUMP_S"]))
     world = init_world()
     try:
         for m in cfg.models:
@@ -111,25 +122,29 @@ def _bench(cfg: TPBenchConfig, world: TPGroup, out_dir: Path) -> list[Path]:
     dtype = getattr(torch, cfg.dtype)
     bw = copy_bandwidth_gb_s(world.device, (1 << 30) if cuda else (64 << 20), cfg.timing)
     rows: list[dict] = []
-    for name in cfg.models:
-        rows += _bench_model(cfg, world, name, dtype, bw)
-    sweep = []
-    if world.size > 1:
-        modes = ("eager", "graph") if cuda else ("eager",)
-        sweep = coll.all_reduce_sweep(world, cfg.sweep_bytes, modes, dtype, cfg.sweep_ops,
-                                      cfg.sweep_samples)
-    if world.rank != 0:
-        return []
-    env = {k: os.environ.get(k) for k in NO_MULTICAST_ENV}
     meta = dict(config=cfg, world_size=world.size, backend="nccl" if cuda else "gloo",
                 nccl=".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
-                multicast_env=env)
-    for r in rows:
-        r.update(bench_s=round(time.perf_counter() - t0, 1), world_size=world.size)
-    paths = [write_table("tp", rows, out_dir=out_dir, config=meta, profile=cfg.profile)]
-    if sweep:
-        paths.append(write_table("tp_collectives", sweep, out_dir=out_dir, config=meta,
-                                 profile=cfg.profile))
+                multicast_env={k: os.environ.get(k) for k in NO_MULTICAST_ENV})
+    paths: list[Path] = []
+
+    def write(name: str, table: list[dict]) -> None:  # after each part: a stall loses no more
+        for r in table:
+            r.setdefault("bench_s", round(time.perf_counter() - t0, 1))
+            r["world_size"] = world.size
+        if world.rank == 0 and table:
+            path = write_table(name, table, out_dir=out_dir, config=meta, profile=cfg.profile)
+            if path not in paths:
+                paths.append(path)
+
+    for name in cfg.models:
+        rows += _bench_model(cfg, world, name, dtype, bw)
+        write("tp", rows)
+    if world.size > 1:
+        modes = ("eager", "graph") if cuda else ("eager",)
+        _log(world, "all-reduce sweep")
+        write("tp_collectives", coll.all_reduce_sweep(world, cfg.sweep_bytes, modes, dtype,
+                                                      cfg.sweep_ops, cfg.sweep_samples))
+    _log(world, "done")
     return paths
 
 
@@ -143,6 +158,7 @@ def _bench_model(cfg: TPBenchConfig, world: TPGroup, name: str, dtype: torch.dty
     reference: list = [None]  # TP=1's teacher-forcing tokens and logits, shared by broadcast
     for tp in sorted({1, world.size}):
         group = sub_group(world, tp)
+        _log(world, f"{name} tp={tp}: " + ("starting" if group else "waiting for rank 0"))
         if group is not None:
             rows += _bench_tp(cfg, group, config, full, width, bw, reference)
         world.barrier()
@@ -161,6 +177,7 @@ def _bench_tp(cfg, group: TPGroup, config, full, width: int, bw: float, referenc
         graphs = DecodeGraphs(model, cfg.graph_batches, width)
         if twin is not None:
             twin_graphs = DecodeGraphs(twin, cfg.graph_batches, width)
+    _log(group, "model and graphs ready; validating")
     checks = _validate(cfg, group, model, graphs, reference)
     gen = torch.Generator().manual_seed(0)
     model.cache.k.normal_()  # the attended K/V: finite, non-zero values (timing never on zeros)
@@ -174,6 +191,7 @@ def _bench_tp(cfg, group: TPGroup, config, full, width: int, bw: float, referenc
             else:
                 step, no_comm = model.decode, twin.decode if twin else None
             msgs = _messages(model, graphs.bucket_for(batch) if mode == "graph" else batch)
+            _log(group, f"timing {mode} batch {batch}")
             times = _measure(cfg, group, mode, step, no_comm, inputs, msgs)
             for t in tables:
                 model.cache.pool.free(t)

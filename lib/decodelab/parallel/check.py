@@ -33,6 +33,26 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).abs().max() / b.float().abs().max())
 
 
+def unexplained_divergences(ref: tuple[list[list[int]], torch.Tensor],
+                            got: tuple[list[list[int]], torch.Tensor], rtol: float) -> list[str]:
+    """Free-running greedy runs (tokens, logits (B, steps, V)) may part only at a near tie: at
+    the first step where a row's tokens differ, TP=1's margin between its token and the other
+    run's must be within ``2 * rtol * max |logit|`` (each side may be off by ``rtol``). Returns
+    a description of every divergence that is not such a tie (empty: the runs agree)."""
+    problems = []
+    for row, (a, b) in enumerate(zip(ref[0], got[0], strict=True)):
+        step = next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
+        if step is None:
+            continue
+        logits = ref[1][row, step].float()
+        margin = float(logits[a[step]] - logits[b[step]])
+        allowed = 2 * rtol * float(logits.abs().max())
+        if margin > allowed:
+            problems.append(f"row {row} step {step}: token {b[step]} instead of {a[step]}, "
+                            f"margin {margin:.3g} > {allowed:.3g}")
+    return problems
+
+
 def build_model(config: ModelConfig, full: Weights, group: TPGroup, *, num_blocks: int,
                 block_size: int = 16, backend: str = "auto") -> TensorParallelLlama:
     """This rank's model: its weight shard and a KV cache of its KV heads, on its device."""
