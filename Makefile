@@ -56,7 +56,7 @@ bench-gpu:
 TP_GPUS ?= $(shell nvidia-smi -L 2>/dev/null | wc -l)
 bench-gpu-tp:
 	NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=lib \
-	  $(PYTHON) -m torch.distributed.run --nproc-per-node $(TP_GPUS) -m decodelab bench tp \
+	  $(PYTHON) -m torch.distributed.run --standalone --nproc-per-node $(TP_GPUS) -m decodelab bench tp \
 	  --profile gpu --out data/reference/$$(PYTHONPATH=lib $(PYTHON) -c 'from decodelab.device \
 	  import collect_info; print(collect_info().label)')x$(TP_GPUS)
 

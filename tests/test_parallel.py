@@ -94,3 +94,38 @@ def test_divergence_allowed_only_at_a_near_tie():
     assert unexplained_divergences(ref, ([[1, 2, 3]], logits), 0.01) == []
     problems = unexplained_divergences(ref, ([[3, 1, 1]], logits), 0.01)
     assert len(problems) == 1 and "row 0 step 0: token 3 instead of 1" in problems[0]
+
+
+def test_bench_refuses_a_tp_size_the_model_cannot_split(tmp_path):
+    from decodelab.parallel.bench import TPBenchConfig, run
+    from decodelab.parallel.group import TPGroup
+
+    cfg = TPBenchConfig.for_profile("smoke")
+    with pytest.raises(ConfigError, match=r"tp=3: must divide tiny.num_kv_heads=2"):
+        run(cfg, TPGroup(0, 3, torch.device("cpu")), tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_bench_tp_under_torchrun_on_cpu(tmp_path):
+    """The real command line: two gloo ranks started by torchrun; rank 0 writes both tables,
+    TP=2 validated against TP=1 before timing."""
+    import os
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--standalone", "-m", "decodelab", "bench", "tp", "--profile", "smoke",
+         "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tp = pd.read_csv(tmp_path / "tp.csv")
+    assert set(tp["tp"]) == {1, 2} and set(tp["mode"]) == {"eager"}
+    two = tp[tp["tp"] == 2]
+    assert (two["max_rel_err_vs_tp1"] < 1e-5).all() and two["tokens_equal_tp1"].all()
+    assert (two["all_reduces_per_step"] == 2 * 3 + 1).all()  # tiny: 3 layers
+    assert (tp["ms_per_token"] > 0).all()
+    coll = pd.read_csv(tmp_path / "tp_collectives.csv")
+    assert (coll["ranks"] == 2).all() and (coll["busbw_gb_s"] > 0).all()

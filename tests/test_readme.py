@@ -15,3 +15,18 @@ def test_readme_regime_table_matches_the_generated_one():
     assert block.group(1).strip() == table.strip(), \
         "README's regime table differs from figures/headline_regimes.md: copy the new one"
     assert (root / "figures" / "headline_decomposition.png").exists()
+
+
+def test_readme_tp_table_matches_the_reference_data():
+    from decodelab.parallel.analysis import headline_table
+    from decodelab.results import load_table
+
+    root = paths.repo_root()
+    readme = (root / "README.md").read_text()
+    block = re.search(r"<!-- tp-table:start -->\n(.*?)\n<!-- tp-table:end -->", readme, re.S)
+    assert block, "README lacks the tp-table markers"
+    generated = (root / "figures" / "headline_tp.md").read_text().strip()
+    assert block.group(1).strip() == generated, \
+        "README's TP table differs from figures/headline_tp.md: copy the new one"
+    tp = load_table("tp", origins=["reference"])
+    assert headline_table(tp, "reference/h200x2") == generated

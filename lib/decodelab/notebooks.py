@@ -27,6 +27,7 @@ NOTEBOOK_PARAMS: dict[str, str] = {
     "03_persistent": "decodelab.persistent:NotebookParams",
     "04_runtime": "decodelab.runtime.notebook:NotebookParams",
     "05_report": "decodelab.layers:NotebookParams",
+    "06_multi_gpu": "decodelab.parallel.notebook:NotebookParams",
 }
 CELL_TIMEOUT_S = 900  # seconds; the slowest cell (a GPU-profile sweep) takes a few minutes
 _NAME = re.compile(r"^\d\d_[a-z0-9_]+$")

@@ -82,8 +82,8 @@ class TPBenchConfig:
             named_config(m)
 
     @classmethod
-    def for_profile(cls, profile: str) -> TPBenchConfig:
-        if profile == "gpu" and has_cuda():
+    def for_profile(cls, profile: str, cuda: bool | None = None) -> TPBenchConfig:
+        if profile == "gpu" and (has_cuda() if cuda is None else cuda):
             return cls(profile, ("llama-3.2-1b", "llama-3.1-8b"), "bfloat16",
                        (1, 2, 4, 8, 16, 32, 64, 128), (1, 8, 32, 128), 512, SWEEP_BYTES)
         if profile == "smoke":
@@ -105,8 +105,10 @@ class TPBenchConfig:
 
 
 def _log(world: TPGroup, msg: str) -> None:
-    """Progress on every rank (a multi-process run that stalls must show where)."""
-    print(f"[tp rank {world.rank} {time.perf_counter() - _T0:7.1f} s] {msg}", flush=True)
+    """Progress on every rank (a multi-process run that stalls must show where); on stderr,
+    which the exported report leaves out."""
+    print(f"[tp rank {world.rank} {time.perf_counter() - _T0:7.1f} s] {msg}", file=sys.stderr,
+          flush=True)
 
 
 _T0 = time.perf_counter()
@@ -116,7 +118,11 @@ def bench(profile: str, out_dir: Path) -> list[Path]:
     cfg = TPBenchConfig.for_profile(profile)
     if os.environ.get("DECODELAB_STACK_DUMP_S"):  # diagnosis: every thread's stack, once
         faulthandler.dump_traceback_later(int(os.environ["DECODELAB_STACK_DUMP_S"]))
-    world = init_world()
+    return run(cfg, init_world(), out_dir)
+
+
+def run(cfg: TPBenchConfig, world: TPGroup, out_dir: Path) -> list[Path]:
+    """The bench on an initialised world (every rank calls it); rank 0 returns the tables."""
     for m in cfg.models:
         check_tp(named_config(m), world.size)  # refuse before any GPU work
     try:

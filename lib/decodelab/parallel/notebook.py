@@ -1,0 +1,108 @@
+"""Notebook 06_multi_gpu: its parameters, a local run, and the prose built from the tables.
+
+The local run spawns its own ranks (no torchrun needed in a notebook): two NCCL ranks on a
+machine with two or more GPUs and the ``gpu`` profile, else two gloo ranks on the CPU running
+the tiny model (a correctness-and-mechanics run: TP=2's logits are checked against TP=1's; its
+timings say what gloo costs, not what NVLink does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from decodelab.profiles import PROFILES
+from decodelab.validate import ConfigError, check_choice
+
+TABLES = ("tp", "tp_collectives")
+
+
+@dataclass(frozen=True, slots=True)
+class NotebookParams:
+    profile: str
+    interactive: bool
+    run_bench: bool = True  # measure this machine (else show stored results only)
+
+    def __post_init__(self) -> None:
+        check_choice("NotebookParams", "profile", self.profile, PROFILES)
+        for name in ("interactive", "run_bench"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"NotebookParams.{name}={getattr(self, name)!r}: must be a bool")
+
+
+def local_plan(profile: str) -> tuple[str, str]:
+    """(bench profile, backend) this machine can run: NCCL across GPUs only with two or more
+    of them and the ``gpu`` profile; otherwise gloo on the CPU (``smoke`` stays ``smoke``)."""
+    import torch
+
+    if profile == "gpu" and torch.cuda.device_count() >= 2:
+        return "gpu", "nccl"
+    return ("smoke" if profile == "smoke" else "cpu"), "gloo"
+
+
+def _bench_on_rank(world, profile: str, out_dir: str) -> list[Path]:
+    from decodelab.parallel.bench import TPBenchConfig, run
+
+    return run(TPBenchConfig.for_profile(profile, cuda=world.device.type == "cuda"), world,
+               Path(out_dir))
+
+
+def run_local_bench(params: NotebookParams, ranks: int = 2) -> list[Path]:
+    from decodelab import paths
+    from decodelab.parallel.check import run_on_ranks
+
+    if not params.run_bench:
+        return []
+    profile, backend = local_plan(params.profile)
+    return run_on_ranks(_bench_on_rank, ranks, profile, str(paths.local_dir()),
+                        backend=backend) or []
+
+
+def load_tables() -> dict[str, pd.DataFrame]:
+    """Every stored copy (shipped reference and this machine) of the tensor-parallel tables."""
+    from decodelab.results import has_table, load_table
+
+    return {name: load_table(name) for name in TABLES if has_table(name)}
+
+
+def _fmt_batch(b: float) -> str:
+    return "not within the measured batches" if pd.isna(b) else f"batch {int(b)}"
+
+
+def crossover_prose(tp: pd.DataFrame) -> str:
+    """One line per origin and model: from which batch TP=n pays off, with the speed-ups."""
+    from decodelab.parallel.analysis import crossover
+    from decodelab.plots import origin_label
+
+    lines = []
+    for mode in ("graph", "eager"):
+        for r in crossover(tp, mode).itertuples():
+            lines.append(
+                f"- {origin_label(r.origin)}, `{r.model}`, {mode}: TP={r.tp} pays off from "
+                f"**{_fmt_batch(r.pays_off_from)}**; speed-up {r.speedup_smallest:.2f}x at batch "
+                f"{r.batch_smallest}, {r.speedup_largest:.2f}x at batch {r.batch_largest}.")
+    return "\n".join(lines) or "No TP=1 / TP=n pair in the tables yet."
+
+
+def collectives_prose(coll: pd.DataFrame) -> str:
+    from decodelab.parallel.analysis import peak_bus_bandwidth, small_message_latency
+    from decodelab.plots import origin_label
+
+    lat = small_message_latency(coll).set_index(["origin", "mode"])
+    peak = peak_bus_bandwidth(coll).set_index(["origin", "mode"])
+    lines = []
+    for origin in dict.fromkeys(lat.index.get_level_values(0)):
+        parts = []
+        for mode in ("eager", "graph"):
+            if (origin, mode) in lat.index:
+                r = lat.loc[(origin, mode)]
+                parts.append(f"{mode} {r['us_per_op']:.1f} µs (host {r['host_us_per_op']:.1f} µs)")
+        line = f"- {origin_label(origin)}: all-reduce up to 64 KiB, median " + ", ".join(parts)
+        if (origin, "graph") in peak.index:
+            p = peak.loc[(origin, "graph")]
+            line += (f"; peak bus bandwidth {p['busbw_gb_s']:.0f} GB/s at "
+                     f"{p['nbytes'] / 2**20:.0f} MiB")
+        lines.append(line + ".")
+    return "\n".join(lines)

@@ -1,0 +1,162 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · Tensor parallelism: the communication layer
+#
+# When one GPU's memory bandwidth is not enough, the decode step is split across GPUs. With
+# tensor parallelism (`decodelab.parallel`) each of n ranks holds 1/n of every layer: its own
+# query and KV heads (so each rank caches only its KV heads), 1/n of the MLP's columns, and
+# 1/n of the vocabulary. The price is communication inside every layer:
+#
+#     T_step(TP=n) = T_compute / ~n  +  T_comm
+#     T_comm = (2 L + 1) all-reduces of (B, d)  +  1 all-gather of (B, V / n)
+#
+# two all-reduces per layer (after the attention output projection and after the MLP's down
+# projection, whose partial sums live on different ranks), one for the vocabulary-split
+# embedding, and the gather of the logits. Every collective is NCCL through `torch.distributed`,
+# one process per GPU, NVLink multicast off; the decode step, collectives included, is
+# captured as one CUDA graph per batch bucket.
+#
+# The measurements (`make bench-gpu-tp`, which runs `python -m decodelab bench tp` under
+# `torchrun`) time, for the Llama-3.2-1B and Llama-3.1-8B shapes (bf16, random weights, 512
+# tokens of context per sequence): the step at TP=1 and TP=2, eager and graph; the TP=2 step
+# with its collectives replaced by local stand-ins of the same shape (what is left is
+# compute); the same collectives alone; and an all-reduce sweep over message sizes.
+# Before anything is timed, TP=2's logits are checked against TP=1's on the same weights.
+
+# %% tags=["parameters"]
+profile = "cpu"
+interactive = True
+run_bench = True
+
+# %%
+from IPython.display import Markdown, display
+
+from decodelab import paths, plots
+from decodelab.parallel import analysis
+from decodelab.parallel.notebook import (
+    NotebookParams,
+    collectives_prose,
+    crossover_prose,
+    load_tables,
+    local_plan,
+    run_local_bench,
+)
+from decodelab.plots import parallel as figs
+
+params = NotebookParams(profile=profile, interactive=interactive, run_bench=run_bench)
+HEADLINE_ORIGIN = "reference/h200x2"
+plots.use_style()
+
+# %% [markdown]
+# ## Measure this machine
+#
+# The notebook starts its own ranks. On a machine with two or more GPUs and the `gpu` profile
+# that is the full bench over NCCL. Elsewhere two CPU processes run the tiny model over gloo:
+# the same sharding, the same collectives and the same check that TP=2's logits equal TP=1's,
+# but the timings then say what gloo over local sockets costs, not what NVLink does. The
+# shipped reference (`data/reference/h200x2/`) comes from two H200s in one host.
+
+# %%
+bench_profile, backend = local_plan(params.profile)
+written = run_local_bench(params)
+tables = load_tables()
+display(Markdown(
+    f"Local run: profile `{bench_profile}`, backend `{backend}`"
+    + (f", wrote {', '.join(f'`{p.name}`' for p in written)}." if written else ", skipped.")))
+
+# %% [markdown]
+# ## Decode time against batch size
+#
+# Milliseconds per decode step (every sequence gets one new token) at TP=1 and TP=2. A step
+# at small batch is bound by reading the weights: splitting them over two GPUs halves that
+# read, but adds the collectives, whose cost barely depends on the batch. So TP pays off
+# where the halved weight read is worth more than the communication: at once for a model
+# whose weights take milliseconds to read, only at larger batches for a small one. Eager
+# (dotted) is host-bound either way, and the eager collectives make TP=2 slower still.
+
+# %%
+if "tp" in tables:
+    tp = tables["tp"]
+    plots.save(figs.decode_vs_batch(tp), "tp_decode_vs_batch")
+    display(Markdown("**Where TP=2 starts to pay off** (the smallest batch from which it is "
+                     "faster at every larger measured batch):\n\n" + crossover_prose(tp)))
+else:
+    display(Markdown("No tensor-parallel table yet: run `make bench-gpu-tp` on a multi-GPU "
+                     "machine."))
+
+# %% [markdown]
+# ## The step, decomposed: T_comm
+#
+# Each TP=2 bar is split in two: the step with every collective replaced by a local stand-in
+# of the same shape (compute: kernels on half the weights) and what the collectives add
+# (T_comm = step − step without them). The black tick is the same collectives run alone,
+# back to back, from a graph: where the tick sits above the red band, part of the
+# communication's time was already hidden in the step (the next kernel's launch, the
+# stand-in's own copy); where below, the collectives cost more inside the step than alone.
+
+# %%
+if "tp" in tables:
+    plots.save(figs.step_decomposition(tp, "graph"), "tp_decomposition")
+    if HEADLINE_ORIGIN in set(tp["origin"]):  # the README's table, from the shipped reference
+        headline = analysis.headline_table(tp, HEADLINE_ORIGIN)
+        (paths.figures_dir() / "headline_tp.md").write_text(headline + "\n")
+        display(Markdown(f"Graph mode, `{HEADLINE_ORIGIN}`:\n\n{headline}"))
+    dec = analysis.decomposition(tp)
+    cols = ["origin", "model", "mode", "batch", "tp", "ms_per_token", "compute_ms", "comm_ms",
+            "comm_alone_ms", "comm_share"]
+    display(dec[dec["tp"] > 1][cols].round(3))
+
+# %% [markdown]
+# ## What a CUDA graph does to the collectives
+#
+# An eager `torch.distributed.all_reduce` goes through the process group's host path for
+# every call: a work object, events, stream ordering, the watchdog's bookkeeping. Captured in
+# a graph, only the NCCL kernel stays. Left: latency per all-reduce against message size,
+# wall (solid) and host time (dotted); right: bus bandwidth, the rate each NVLink direction
+# carries (nccl-tests' convention: algorithm bandwidth × 2(n−1)/n). Small messages, the
+# decode case (a (B, d) bf16 hidden state is 4 KiB at batch 1 of the 1B shapes), are bound
+# by a fixed latency; large ones by the links.
+
+# %%
+if "tp_collectives" in tables:
+    coll = tables["tp_collectives"]
+    plots.save(figs.all_reduce_sweep(coll), "tp_all_reduce_sweep")
+    display(Markdown(collectives_prose(coll)))
+    saving = analysis.graph_saving(coll)
+    display(saving[saving["nbytes"] <= 1 << 20].round(2))
+if "tp" in tables:
+    per = analysis.per_collective_us(tp)
+    display(Markdown("Per collective inside the decode step (T_comm / collectives per step) "
+                     "and alone, µs:"))
+    display(per.groupby(["origin", "model", "mode"])[["in_step_us", "alone_us"]].median()
+            .round(1))
+
+# %% [markdown]
+# ## Explore
+#
+# The decomposition in eager mode: the same split, with the host path of every collective
+# inside the step.
+
+# %%
+try:
+    import ipywidgets as widgets
+except ImportError:  # the report runs without widgets
+    widgets = None
+if "tp" in tables:
+    modes = sorted(tables["tp"]["mode"].unique())
+    if params.interactive and widgets is not None:
+        widgets.interact(lambda mode: display(figs.step_decomposition(tp, mode)), mode=modes)
+    elif "eager" in modes:
+        plots.save(figs.step_decomposition(tp, "eager"), "tp_decomposition_eager")
