@@ -144,6 +144,20 @@ if "tp" in tables:
             .round(1))
 
 # %% [markdown]
+# ## Inside the step: one collective, host and device
+#
+# `torch.profiler` on every rank over a few TP=2 steps at batch 1 (after all timings, since the
+# profiler's hooks slow later launches): the process group's host call (`c10d::…`, eager only:
+# a graph replay makes no such call) and NCCL's kernel, whose device time includes waiting for
+# the peer rank to arrive. A collective that costs more in the step than alone, with a long
+# kernel, is waiting for the other rank; with a long host call, it is the host path itself.
+
+# %%
+if "tp_profile" in tables:
+    ops = analysis.collective_ops(tables["tp_profile"])
+    display(ops.round(1))
+
+# %% [markdown]
 # ## Explore
 #
 # The decomposition in eager mode: the same split, with the host path of every collective

@@ -99,3 +99,17 @@ def test_notebook_params_and_local_plan():
         NotebookParams(profile="cpu", interactive=False, run_bench="yes")
     assert local_plan("smoke") == ("smoke", "gloo")
     assert local_plan("cpu") == ("cpu", "gloo")
+
+
+def test_collective_ops_keeps_communication_per_call():
+    prof = pd.DataFrame([
+        dict(model="m", mode="eager", rank=0, op="c10d::allreduce_", calls_per_step=10,
+             host_us_per_step=500.0, device_us_per_step=0.0),
+        dict(model="m", mode="eager", rank=0, op="ncclDevKernel_AllReduce_Sum_bf16(ncclArgs)",
+             calls_per_step=10, host_us_per_step=0.0, device_us_per_step=120.0),
+        dict(model="m", mode="eager", rank=0, op="aten::mm", calls_per_step=40,
+             host_us_per_step=400.0, device_us_per_step=900.0)])
+    ops = analysis.collective_ops(prof).set_index("op")
+    assert list(ops.index) == ["c10d::allreduce_", "ncclDevKernel_AllReduce_Sum_bf16"]
+    assert ops.loc["c10d::allreduce_", "host_us_per_call"] == 50.0
+    assert ops.loc["ncclDevKernel_AllReduce_Sum_bf16", "device_us_per_call"] == 12.0

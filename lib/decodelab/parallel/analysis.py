@@ -120,3 +120,18 @@ def headline_table(tp: pd.DataFrame, origin: str, batches: tuple[int, ...] = (1,
         lines.append(f"| {r.model} | {r.batch} | {sp['ms_tp1']:.2f} | {r.ms_per_token:.2f} | "
                      f"{r.tp} | {sp['speedup']:.2f}x | {r.comm_ms:.2f} | {r.comm_share:.0%} |")
     return "\n".join(lines)
+
+
+def collective_ops(profile: pd.DataFrame) -> pd.DataFrame:
+    """From ``tp_profile``: the communication operations only (the process group's host calls
+    ``c10d::*`` and NCCL's kernels), per origin, mode, rank and op, with the host and device
+    time of one call."""
+    p = _with_origin(profile)
+    p = p[p["op"].str.contains(r"c10d::|nccl", case=False, regex=True)].copy()
+    calls = p["calls_per_step"].where(p["calls_per_step"] > 0)
+    p["host_us_per_call"] = p["host_us_per_step"] / calls
+    p["device_us_per_call"] = p["device_us_per_step"] / calls
+    p["op"] = p["op"].str.replace(r"\(.*", "", regex=True)  # kernel names without signatures
+    cols = ["origin", "model", "mode", "rank", "op", "calls_per_step", "host_us_per_call",
+            "device_us_per_call"]
+    return p[cols].sort_values(["origin", "model", "mode", "rank", "op"]).reset_index(drop=True)

@@ -17,6 +17,8 @@ one and measures TP=1 only. Rank 0 writes the tables:
   on TP=1's greedy tokens) within ``TP_BF16_RTOL`` of TP=1's; free-running token equality is
   recorded (``tokens_equal_tp1``).
 ``tp_collectives``: all-reduce latency and bus bandwidth against message size, eager and graph.
+``tp_profile``: per-operation host and device time of one TP=N step (first model, batch 1),
+eager and graph, on every rank (``torch.profiler``, run last).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from decodelab.parallel.check import (
     unexplained_divergences,
 )
 from decodelab.parallel.group import NO_MULTICAST_ENV, TPGroup, init_world, shutdown, sub_group
+from decodelab.parallel.profile import gather_rows, profile_step
 from decodelab.parallel.shard import check_tp
 from decodelab.profiles import PROFILES
 from decodelab.results import write_table
@@ -168,8 +171,30 @@ def _bench(cfg: TPBenchConfig, world: TPGroup, out_dir: Path) -> list[Path]:
         _log(world, "all-reduce sweep")
         write("tp_collectives", coll.all_reduce_sweep(world, cfg.sweep_bytes, modes, dtype,
                                                       cfg.sweep_ops, cfg.sweep_samples))
+        _log(world, "profiling one step per mode")  # last: the profiler stays attached
+        write("tp_profile", _profile_rows(cfg, world, dtype))
     _log(world, "done")
     return paths
+
+
+def _profile_rows(cfg: TPBenchConfig, world: TPGroup, dtype: torch.dtype) -> list[dict]:
+    """Per-op host and device time of one TP=world step of the first model, batch 1, eager and
+    graph, on every rank (gathered on rank 0)."""
+    config = named_config(cfg.models[0])
+    width = -(-cfg.context // cfg.block_size) + 1
+    full = random_weights(config, seed=0, dtype=dtype, device=world.device)
+    model = build_model(config, full, world, num_blocks=width + 8, block_size=cfg.block_size)
+    del full
+    tables, inputs = _decode_inputs(model.cache, 1, cfg.context, torch.Generator().manual_seed(0))
+    steps = {"eager": model.decode}
+    if world.device.type == "cuda":
+        steps["graph"] = DecodeGraphs(model, (1,), width).run
+    rows = []
+    for mode, step in steps.items():
+        for r in profile_step(lambda step=step: step(*inputs), world):
+            rows.append(dict(model=config.name, tp=world.size, mode=mode, batch=1,
+                             context=cfg.context, **r))
+    return gather_rows(world, rows)
 
 
 def _bench_model(cfg: TPBenchConfig, world: TPGroup, name: str, dtype: torch.dtype,

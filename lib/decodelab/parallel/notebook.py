@@ -16,7 +16,7 @@ import pandas as pd
 from decodelab.profiles import PROFILES
 from decodelab.validate import ConfigError, check_choice
 
-TABLES = ("tp", "tp_collectives")
+TABLES = ("tp", "tp_collectives", "tp_profile")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,55 @@
+"""Where a tensor-parallel step's time goes, per operation, from ``torch.profiler`` on every
+rank: host time of each call (e.g. ``c10d::allreduce_``, the process group's host path) and
+device time of each kernel (e.g. NCCL's all-reduce kernel, which includes its wait for the
+peer). Run last in a process: the profiler's CUDA hooks stay attached and would slow launches
+measured after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile
+
+from decodelab.parallel.group import TPGroup
+
+
+def profile_step(step: Callable[[], object], group: TPGroup, steps: int = 5,
+                 warmup: int = 3) -> list[dict]:
+    """Per operation name: calls, host µs and device µs per step on this rank (self times, so
+    nested calls are not counted twice)."""
+    import torch
+
+    cuda = group.device.type == "cuda"
+    for _ in range(warmup):
+        step()
+    if cuda:
+        torch.cuda.synchronize()
+    group.barrier()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        if cuda:
+            torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        host = e.self_cpu_time_total
+        dev = getattr(e, "self_device_time_total", None)
+        if dev is None:
+            dev = getattr(e, "self_cuda_time_total", 0.0)
+        if host <= 0 and dev <= 0:
+            continue
+        rows.append(dict(rank=group.rank, op=e.key[:160], calls_per_step=e.count / steps,
+                         host_us_per_step=host / steps, device_us_per_step=dev / steps))
+    return rows
+
+
+def gather_rows(group: TPGroup, rows: list[dict]) -> list[dict]:
+    """Every rank's rows on rank 0 (other ranks get an empty list)."""
+    if group.size == 1:
+        return rows
+    out: list = [None] * group.size if group.rank == 0 else None
+    dist.gather_object(rows, out, dst=0, group=group.group)
+    return [r for part in out for r in part] if group.rank == 0 else []
