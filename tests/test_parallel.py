@@ -129,3 +129,14 @@ def test_bench_tp_under_torchrun_on_cpu(tmp_path):
     assert (tp["ms_per_token"] > 0).all()
     coll = pd.read_csv(tmp_path / "tp_collectives.csv")
     assert (coll["ranks"] == 2).all() and (coll["busbw_gb_s"] > 0).all()
+
+
+def test_profile_step_counts_each_op_per_step():
+    from decodelab.parallel.group import TPGroup
+    from decodelab.parallel.profile import gather_rows, profile_step
+
+    group = TPGroup(0, 1, torch.device("cpu"))
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    rows = gather_rows(group, profile_step(lambda: torch.mm(a, b), group, steps=4, warmup=2))
+    mm = [r for r in rows if r["op"] == "aten::mm"]
+    assert len(mm) == 1 and mm[0]["calls_per_step"] == 1.0 and mm[0]["host_us_per_step"] > 0

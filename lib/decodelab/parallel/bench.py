@@ -17,8 +17,8 @@ one and measures TP=1 only. Rank 0 writes the tables:
   on TP=1's greedy tokens) within ``TP_BF16_RTOL`` of TP=1's; free-running token equality is
   recorded (``tokens_equal_tp1``).
 ``tp_collectives``: all-reduce latency and bus bandwidth against message size, eager and graph.
-``tp_profile``: per-operation host and device time of one TP=N step (first model, batch 1),
-eager and graph, on every rank (``torch.profiler``, run last).
+``tp_profile`` (GPUs only): per-operation host and device time of one TP=N step (first model,
+batch 1), eager and graph, on every rank (``torch.profiler``, run last).
 """
 
 from __future__ import annotations
@@ -171,6 +171,7 @@ def _bench(cfg: TPBenchConfig, world: TPGroup, out_dir: Path) -> list[Path]:
         _log(world, "all-reduce sweep")
         write("tp_collectives", coll.all_reduce_sweep(world, cfg.sweep_bytes, modes, dtype,
                                                       cfg.sweep_ops, cfg.sweep_samples))
+    if world.size > 1 and cuda:  # on gloo a collective blocks the host: nothing to split
         _log(world, "profiling one step per mode")  # last: the profiler stays attached
         write("tp_profile", _profile_rows(cfg, world, dtype))
     _log(world, "done")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch.distributed as dist
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, schedule
 
 from decodelab.parallel.group import TPGroup
 
@@ -18,23 +18,30 @@ from decodelab.parallel.group import TPGroup
 def profile_step(step: Callable[[], object], group: TPGroup, steps: int = 5,
                  warmup: int = 3) -> list[dict]:
     """Per operation name: calls, host µs and device µs per step on this rank (self times, so
-    nested calls are not counted twice)."""
+    nested calls are not counted twice).
+
+    The profiler starts on each rank at its own moment (setting it up takes long), and a
+    collective kernel waits on the device until the peer's arrives: recorded from the start,
+    that start-up skew would land in one rank's NCCL kernels. So ``warmup`` profiled steps are
+    discarded, and the ranks meet at a barrier before the ``steps`` that count."""
     import torch
 
     cuda = group.device.type == "cuda"
-    for _ in range(warmup):
-        step()
-    if cuda:
-        torch.cuda.synchronize()
-    group.barrier()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
-        for _ in range(steps):
+    averages: list = []  # the active steps' aggregate, handed over when the cycle ends
+    with profile(activities=activities, schedule=schedule(wait=0, warmup=warmup, active=steps),
+                 on_trace_ready=lambda p: averages.append(p.key_averages())) as prof:
+        for i in range(warmup + steps):
             step()
+            if i == warmup - 1:  # still inside the discarded warm-up
+                if cuda:
+                    torch.cuda.synchronize()
+                group.barrier()
+            prof.step()
         if cuda:
             torch.cuda.synchronize()
     rows = []
-    for e in prof.key_averages():
+    for e in averages[-1]:
         host = e.self_cpu_time_total
         dev = getattr(e, "self_device_time_total", None)
         if dev is None:
