@@ -51,6 +51,7 @@ from decodelab.parallel.notebook import (
     crossover_prose,
     load_tables,
     local_plan,
+    profile_prose,
     run_local_bench,
 )
 from decodelab.plots import parallel as figs
@@ -84,14 +85,17 @@ display(Markdown(
 # read, but adds the collectives, whose cost barely depends on the batch. So TP pays off
 # where the halved weight read is worth more than the communication: at once for a model
 # whose weights take milliseconds to read, only at larger batches for a small one. Eager
-# (dotted) is host-bound either way, and the eager collectives make TP=2 slower still.
+# (dotted) is host-bound either way, and the eager collectives make TP=2 slower still; its
+# figures also move far more from run to run than the graph's (the host path of a shared
+# machine is noisy), so read eager crossovers as rough.
 
 # %%
 if "tp" in tables:
     tp = tables["tp"]
     plots.save(figs.decode_vs_batch(tp), "tp_decode_vs_batch")
     display(Markdown("**Where TP=2 starts to pay off** (the smallest batch from which it is "
-                     "faster at every larger measured batch):\n\n" + crossover_prose(tp)))
+                     "faster at every larger measured batch, by more than the run-to-run spread "
+                     "of two reference runs):\n\n" + crossover_prose(tp)))
 else:
     display(Markdown("No tensor-parallel table yet: run `make bench-gpu-tp` on a multi-GPU "
                      "machine."))
@@ -154,8 +158,8 @@ if "tp" in tables:
 
 # %%
 if "tp_profile" in tables:
-    ops = analysis.collective_ops(tables["tp_profile"])
-    display(ops.round(1))
+    display(Markdown(profile_prose(tables["tp_profile"])))
+    display(analysis.collective_ops(tables["tp_profile"]).round(1))
 
 # %% [markdown]
 # ## Explore

@@ -113,3 +113,27 @@ def test_collective_ops_keeps_communication_per_call():
     assert list(ops.index) == ["c10d::allreduce_", "ncclDevKernel_AllReduce_Sum_bf16"]
     assert ops.loc["c10d::allreduce_", "host_us_per_call"] == 50.0
     assert ops.loc["ncclDevKernel_AllReduce_Sum_bf16", "device_us_per_call"] == 12.0
+
+
+def test_profile_prose_names_kernel_and_host_time_per_rank():
+    from decodelab.parallel.notebook import profile_prose
+
+    prof = pd.DataFrame([
+        dict(origin="reference/h200x2", model="m", mode="eager", rank=r, op=op, calls_per_step=2,
+             host_us_per_step=host, device_us_per_step=dev)
+        for r, wait in ((0, 6.0), (1, 400.0))
+        for op, host, dev in (("c10d::allreduce_", 30.0, 0.0),
+                              ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)", 0.0, 2 * wait))])
+    text = profile_prose(prof)
+    assert "rank 0: NCCL all-reduce kernel 6.0 µs, host call 15.0 µs" in text
+    assert "rank 1: NCCL all-reduce kernel 400.0 µs" in text
+
+
+def test_a_speedup_within_the_margin_is_a_tie_not_a_win():
+    tp = tp_table()
+    one = (tp["model"] == "big") & (tp["tp"] == 1)
+    tp.loc[one, "ms_per_token"] = [2.52, 2.61, 4.4, 5.0]  # ties at batches 1 and 2
+    c = analysis.crossover(tp, margin=0.025).set_index("model")
+    assert c.loc["big", "pays_off_from"] == 4
+    assert c.loc["big", "ties"] == [1, 2]
+    assert "a tie (within 2.5%) at batch 1, 2" in crossover_prose(tp)

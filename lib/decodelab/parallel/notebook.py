@@ -73,16 +73,19 @@ def _fmt_batch(b: float) -> str:
 
 def crossover_prose(tp: pd.DataFrame) -> str:
     """One line per origin and model: from which batch TP=n pays off, with the speed-ups."""
-    from decodelab.parallel.analysis import crossover
+    from decodelab.parallel.analysis import TIE_MARGIN, crossover
     from decodelab.plots import origin_label
 
     lines = []
     for mode in ("graph", "eager"):
         for r in crossover(tp, mode).itertuples():
+            ties = (f"; a tie (within {TIE_MARGIN:.1%}) at batch "
+                    f"{', '.join(map(str, r.ties))}" if r.ties else "")
             lines.append(
                 f"- {origin_label(r.origin)}, `{r.model}`, {mode}: TP={r.tp} pays off from "
                 f"**{_fmt_batch(r.pays_off_from)}**; speed-up {r.speedup_smallest:.2f}x at batch "
-                f"{r.batch_smallest}, {r.speedup_largest:.2f}x at batch {r.batch_largest}.")
+                f"{r.batch_smallest}, {r.speedup_largest:.2f}x at batch {r.batch_largest}"
+                f"{ties}.")
     return "\n".join(lines) or "No TP=1 / TP=n pair in the tables yet."
 
 
@@ -105,4 +108,26 @@ def collectives_prose(coll: pd.DataFrame) -> str:
             line += (f"; peak bus bandwidth {p['busbw_gb_s']:.0f} GB/s at "
                      f"{p['nbytes'] / 2**20:.0f} MiB")
         lines.append(line + ".")
+    return "\n".join(lines)
+
+
+def profile_prose(profile: pd.DataFrame) -> str:
+    """Per origin and mode: each rank's NCCL all-reduce kernel time and process-group host
+    call per collective, from ``tp_profile``."""
+    from decodelab.parallel.analysis import collective_ops
+    from decodelab.plots import origin_label
+
+    ops = collective_ops(profile)
+    lines = []
+    for (origin, model, mode), g in ops.groupby(["origin", "model", "mode"], sort=False):
+        parts = []
+        for rank, r in g.groupby("rank"):
+            kernel = r[r["op"].str.startswith("ncclDevKernel_AllReduce")]["device_us_per_call"]
+            host = r[r["op"] == "c10d::allreduce_"]["host_us_per_call"]
+            text = f"rank {rank}: NCCL all-reduce kernel {kernel.sum():.1f} µs"
+            if not host.empty:
+                text += f", host call {host.sum():.1f} µs"
+            parts.append(text)
+        lines.append(f"- {origin_label(origin)}, `{model}`, {mode}, per all-reduce: "
+                     + "; ".join(parts) + ".")
     return "\n".join(lines)
