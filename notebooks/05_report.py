@@ -263,6 +263,8 @@ SECTIONS = {"00_environment": "the ceilings (launch latency, copy bandwidth, mat
             "01_dispatch": "dispatch: eager vs graph vs torch.compile",
             "02_replay": "replay and node costs, multi-step capture and its fit",
             "03_persistent": "the persistent kernel and its barrier costs",
-            "04_runtime": "the paged transformer and the runtime loop"}
+            "04_runtime": "the paged transformer and the runtime loop",
+            "06_multi_gpu": "across GPUs: tensor parallelism and T_comm, the communication "
+                            "layer (two-GPU reference)"}
 display(Markdown("\n".join(f"- [{name}](#{name}): {SECTIONS.get(name, '')}"
                            for name in notebooks.available() if name != "05_report")))

@@ -195,6 +195,8 @@ def _profile_rows(cfg: TPBenchConfig, world: TPGroup, dtype: torch.dtype) -> lis
         for r in profile_step(lambda step=step: step(*inputs), world):
             rows.append(dict(model=config.name, tp=world.size, mode=mode, batch=1,
                              context=cfg.context, **r))
+    for t in tables:
+        model.cache.pool.free(t)
     return gather_rows(world, rows)
 
 
@@ -280,8 +282,7 @@ def _validate(cfg, group: TPGroup, model, graphs, reference: list) -> dict:
             raise AssertionError(f"tp={group.size}: graph decode differs from eager: {problems}")
         out["graph_equals_eager"] = graph[0] == eager[0]
         if graph[0] != eager[0]:
-            _log(group, "graph and eager part at a near tie (logits "
-                        f"{rel_err(graph[1], eager[1]):.3g} apart)")
+            _log(group, "graph and eager greedy runs part at a near tie")
     if group.size == 1:
         reference[0] = eager
         return out

@@ -8,28 +8,17 @@ timings say what gloo costs, not what NVLink does).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from decodelab.profiles import PROFILES
-from decodelab.validate import ConfigError, check_choice
+# The same parameters as notebook 04's: profile, interactive, run_bench.
+from decodelab.runtime.notebook import NotebookParams
+
+__all__ = ["NotebookParams", "collectives_prose", "crossover_prose", "load_tables", "local_plan",
+           "profile_prose", "run_local_bench"]
 
 TABLES = ("tp", "tp_collectives", "tp_profile")
-
-
-@dataclass(frozen=True, slots=True)
-class NotebookParams:
-    profile: str
-    interactive: bool
-    run_bench: bool = True  # measure this machine (else show stored results only)
-
-    def __post_init__(self) -> None:
-        check_choice("NotebookParams", "profile", self.profile, PROFILES)
-        for name in ("interactive", "run_bench"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"NotebookParams.{name}={getattr(self, name)!r}: must be a bool")
 
 
 def local_plan(profile: str) -> tuple[str, str]:
