@@ -71,6 +71,19 @@ class TPGroup:
             dist.barrier(group=self.group)
 
 
+def use_loopback_for_gloo() -> None:
+    """Ranks on one host talk over the loopback interface: gloo otherwise binds to whatever the
+    host name resolves to, which fails on machines whose name does not resolve (sandboxes, CI).
+    An interface chosen by the user (GLOO_SOCKET_IFNAME) is kept."""
+    import socket
+
+    names = {name for _, name in socket.if_nameindex()}
+    for lo in ("lo", "lo0"):
+        if lo in names:
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", lo)
+            return
+
+
 def launched_by_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
@@ -100,6 +113,9 @@ def init_world(backend: str | None = None, *, init_method: str | None = None,
         device = torch.device("cpu")
     if world_size == 1 and init_method is None and not launched_by_torchrun():
         return TPGroup(0, 1, device)
+    one_host = int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) == world_size
+    if backend == "gloo" and one_host:
+        use_loopback_for_gloo()
     if not dist.is_initialized():
         kwargs = {"device_id": device} if backend == "nccl" else {}
         dist.init_process_group(backend, init_method=init_method, rank=rank,
