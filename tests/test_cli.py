@@ -47,3 +47,12 @@ def test_bench_env_smoke_writes_table(tmp_path, capsys):
     assert main(["bench", "env", "--profile", "smoke", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "environment.csv").exists()
     assert (tmp_path / "environment.meta.json").exists()
+
+
+def test_one_phase_refusing_its_input_exits_2(capsys, tmp_path, monkeypatch):
+    """A tensor-parallel size the model cannot split is refused with exit 2, on any machine."""
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    code, err = _run(capsys, ["bench", "tp", "--profile", "smoke", "--out", str(tmp_path / "o")])
+    assert code == 2
+    assert "tp=3: must divide tiny.num_kv_heads=2" in err
+    assert not (tmp_path / "o").exists()

@@ -40,7 +40,7 @@ def run_all(phases: list[str], profile: str, out_dir: Path, *, isolate: bool = T
     process: a profiler attached by one phase (CUPTI stays attached and slows later launches),
     compiled-graph caches or a fragmented allocator must not change the next phase's numbers.
     """
-    failed, skipped = [], []
+    failed, skipped, refused = [], [], []
     isolate = isolate and len(phases) > 1
     for phase in phases:
         t0 = time.perf_counter()
@@ -51,9 +51,12 @@ def run_all(phases: list[str], profile: str, out_dir: Path, *, isolate: bool = T
             code = subprocess.run(cmd, check=False).returncode
         else:
             code = _run_in_process(phase, profile, out_dir)
-        if code == 2 and not _has_cuda():  # a GPU-only phase refused on a CPU machine
+        if code == 2 and len(phases) > 1 and not _has_cuda():  # GPU-only phase in `bench all`
             skipped.append(phase)
             state = "skipped (needs a CUDA GPU)"
+        elif code == 2:  # the one phase asked for refused its input: say so, exit 2
+            refused.append(phase)
+            state = "refused"
         elif code != 0:
             failed.append(phase)
             state = "FAILED"
@@ -65,7 +68,7 @@ def run_all(phases: list[str], profile: str, out_dir: Path, *, isolate: bool = T
     if failed:
         print(f"[bench] failed phases: {', '.join(failed)}", file=sys.stderr)
         return 1
-    return 0
+    return 2 if refused else 0
 
 
 def _has_cuda() -> bool:

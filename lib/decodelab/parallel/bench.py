@@ -121,6 +121,8 @@ def bench(profile: str, out_dir: Path) -> list[Path]:
     cfg = TPBenchConfig.for_profile(profile)
     if os.environ.get("DECODELAB_STACK_DUMP_S"):  # diagnosis: every thread's stack, once
         faulthandler.dump_traceback_later(int(os.environ["DECODELAB_STACK_DUMP_S"]))
+    for m in cfg.models:  # refuse before any process group or device is touched
+        check_tp(named_config(m), int(os.environ.get("WORLD_SIZE", "1")))
     return run(cfg, init_world(), out_dir)
 
 
