@@ -50,8 +50,7 @@ from decodelab.parallel.shard import check_tp
 from decodelab.profiles import PROFILES
 from decodelab.results import write_table
 from decodelab.runtime.bench_checks import prompts
-from decodelab.runtime.bench_model import copy_bandwidth_gb_s
-from decodelab.runtime.cache import PagedKVCache
+from decodelab.runtime.bench_model import copy_bandwidth_gb_s, decode_inputs
 from decodelab.runtime.config import named_config
 from decodelab.runtime.graphs import DecodeGraphs
 from decodelab.runtime.weights import random_weights
@@ -188,7 +187,7 @@ def _profile_rows(cfg: TPBenchConfig, world: TPGroup, dtype: torch.dtype) -> lis
     full = random_weights(config, seed=0, dtype=dtype, device=world.device)
     model = build_model(config, full, world, num_blocks=width + 8, block_size=cfg.block_size)
     del full
-    tables, inputs = _decode_inputs(model.cache, 1, cfg.context, torch.Generator().manual_seed(0))
+    tables, inputs = decode_inputs(model.cache, 1, cfg.context, torch.Generator().manual_seed(0))
     steps = {"eager": model.decode}
     if world.device.type == "cuda":
         steps["graph"] = DecodeGraphs(model, (1,), width).run
@@ -233,13 +232,13 @@ def _bench_tp(cfg, group: TPGroup, config, full, width: int, bw: float, referenc
             twin_graphs = DecodeGraphs(twin, cfg.graph_batches, width)
     _log(group, "model and graphs ready; validating")
     checks = _validate(cfg, group, model, graphs, reference)
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(0)  # the same token ids on every rank
     model.cache.k.normal_()  # the attended K/V: finite, non-zero values (timing never on zeros)
     model.cache.v.normal_()
     rows = []
     for mode, batches in cfg.modes(cuda).items():
         for batch in batches:
-            tables, inputs = _decode_inputs(model.cache, batch, cfg.context, gen)
+            tables, inputs = decode_inputs(model.cache, batch, cfg.context, gen)
             if mode == "graph":
                 step, no_comm = graphs.run, twin_graphs.run if twin_graphs else None
             else:
@@ -297,19 +296,6 @@ def _validate(cfg, group: TPGroup, model, graphs, reference: list) -> dict:
         raise AssertionError(f"tp={group.size} logits vs tp=1: {err:.3g} > {bound}")
     out.update(max_rel_err_vs_tp1=err, tokens_equal_tp1=eager[0] == ref_tokens)
     return out
-
-
-def _decode_inputs(cache: PagedKVCache, batch: int, context: int, gen: torch.Generator):
-    """B sequences of ``context`` tokens (the last one new this step). Token ids come from a
-    seeded CPU generator, so every rank feeds the same ids."""
-    bs = cache.block_size
-    tables = [cache.pool.allocate(cache.pool.blocks_needed(context)) for _ in range(batch)]
-    bt = cache.block_table_tensor(tables)
-    pos = torch.full((batch,), context - 1, dtype=torch.int64, device=cache.device)
-    rows = torch.arange(batch, device=cache.device)
-    slots = bt[rows, pos // bs].long() * bs + pos % bs
-    ids = torch.randint(0, cache.config.vocab_size, (batch,), generator=gen).to(cache.device)
-    return tables, (ids, pos, slots, bt, (pos + 1).int())
 
 
 def _time(group: TPGroup, fn, cfg: TimingConfig) -> tuple[float, float, float]:

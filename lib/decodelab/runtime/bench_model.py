@@ -93,15 +93,21 @@ def _time_step(fn, device: torch.device, cfg: TimingConfig) -> tuple[float, floa
     return t.wall_stats().median, t.host_stats().median, t.wall_stats().median
 
 
-def _decode_inputs(cache: PagedKVCache, batch: int, context: int):
-    """B sequences with ``context`` tokens each (the last one new this step): static tensors."""
+def decode_inputs(cache: PagedKVCache, batch: int, context: int,
+                  gen: torch.Generator | None = None):
+    """B sequences with ``context`` tokens each (the last one new this step): static tensors.
+    Returns (block tables to free, decode arguments). ``gen``, a seeded CPU generator, draws the
+    token ids (processes that must feed the same ids pass equally seeded generators)."""
     bs = cache.block_size
     tables = [cache.pool.allocate(cache.pool.blocks_needed(context)) for _ in range(batch)]
     bt = cache.block_table_tensor(tables)
     pos = torch.full((batch,), context - 1, dtype=torch.int64, device=cache.device)
     rows = torch.arange(batch, device=cache.device)
     slots = bt[rows, pos // bs].long() * bs + pos % bs
-    ids = torch.randint(0, cache.config.vocab_size, (batch,), device=cache.device)
+    if gen is None:
+        ids = torch.randint(0, cache.config.vocab_size, (batch,), device=cache.device)
+    else:
+        ids = torch.randint(0, cache.config.vocab_size, (batch,), generator=gen).to(cache.device)
     return tables, (ids, pos, slots, bt, (pos + 1).int())
 
 
@@ -122,7 +128,7 @@ def _time_ours(model: PagedLlama, graphs, cfg: PagedModelBenchConfig, step_bytes
     rows, dev = [], model.device
     for context in cfg.contexts:
         for batch in cfg.batches:
-            tables, inputs = _decode_inputs(model.cache, batch, context)
+            tables, inputs = decode_inputs(model.cache, batch, context)
             modes = {"eager": lambda inputs=inputs: model.decode(*inputs)}
             if graphs is not None:
                 modes["graph"] = lambda inputs=inputs: graphs.run(*inputs)
