@@ -6,8 +6,9 @@ import pytest
 import torch
 import tp_workers
 
-from decodelab.parallel.check import TP_FP32_RTOL, rel_err, run_on_ranks
+from decodelab.parallel.check import TP_FP32_RTOL, run_on_ranks
 from decodelab.parallel.shard import check_tp, local_config, shard_weights
+from decodelab.runtime.bench_checks import rel_err
 from decodelab.runtime.cache import PagedKVCache
 from decodelab.runtime.config import named_config
 from decodelab.runtime.model import PagedLlama, greedy_generate

@@ -10,10 +10,10 @@ import tp_workers
 
 from decodelab.parallel.check import (
     TP_BF16_RTOL,
-    rel_err,
     run_on_ranks,
     unexplained_divergences,
 )
+from decodelab.runtime.bench_checks import rel_err
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")]

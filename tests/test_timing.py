@@ -68,6 +68,25 @@ def test_time_host_with_fake_clocks_is_exact():
     assert t.wall_stats().median == pytest.approx(4e-6)
 
 
+def test_time_host_before_each_runs_untimed_before_every_sample():
+    wall, cpu = FakeClock(), FakeClock()
+    events = []
+
+    def fn():
+        events.append("call")
+        wall.now += 1e-6
+
+    def before_each():
+        events.append("before")
+        wall.now += 1.0  # slow, but outside every sample
+        cpu.now += 1.0
+
+    t = time_host(fn, TimingConfig(warmup=1, repeats=3, inner=2), before_each=before_each,
+                  wall_clock=wall, cpu_clock=cpu)
+    assert events == ["call"] + ["before", "call", "call"] * 3
+    assert t.wall == pytest.approx((1e-6,) * 3) and t.host == pytest.approx((0.0,) * 3)
+
+
 @pytest.mark.parametrize("field,value", [("warmup", -1), ("repeats", 0), ("inner", 0),
                                          ("inner", 1.5), ("repeats", True)])
 def test_timing_config_rejects_bad_values(field, value):

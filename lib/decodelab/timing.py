@@ -111,18 +111,22 @@ def _noop() -> None:
 
 
 def time_host(fn: Callable[[], object], cfg: TimingConfig = TimingConfig(), *,
-              sync: Callable[[], None] = _noop, wall_clock: Clock = time.perf_counter,
+              sync: Callable[[], None] = _noop, before_each: Callable[[], None] = _noop,
+              wall_clock: Clock = time.perf_counter,
               cpu_clock: Clock = time.thread_time) -> Timing:
     """Time ``fn`` with host clocks.
 
     Each sample runs ``fn`` ``cfg.inner`` times back to back. The host-CPU clock stops
-    before ``sync`` (host time = issue cost); the wall clock stops after it.
+    before ``sync`` (host time = issue cost); the wall clock stops after it. ``before_each``
+    runs untimed before every sample, after the previous one has synchronised (restore an input
+    the calls change, meet other processes at a barrier).
     """
     for _ in range(cfg.warmup):
         fn()
     sync()
     wall, host = [], []
     for _ in range(cfg.repeats):
+        before_each()
         w0, c0 = wall_clock(), cpu_clock()
         for _ in range(cfg.inner):
             fn()
@@ -135,9 +139,12 @@ def time_host(fn: Callable[[], object], cfg: TimingConfig = TimingConfig(), *,
 
 
 def time_cuda(fn: Callable[[], object], cfg: TimingConfig = TimingConfig(), *,
-              stream=None, wall_clock: Clock = time.perf_counter,
+              stream=None, before_each: Callable[[], None] = _noop,
+              wall_clock: Clock = time.perf_counter,
               cpu_clock: Clock = time.thread_time) -> Timing:
-    """Time ``fn`` on the current CUDA stream: wall, host-CPU and CUDA-event time per call."""
+    """Time ``fn`` on the current CUDA stream: wall, host-CPU and CUDA-event time per call.
+    ``before_each`` runs untimed before every sample (see :func:`time_host`), followed by a
+    device synchronisation so its work stays out of the sample."""
     import torch
 
     if not torch.cuda.is_available():
@@ -148,6 +155,9 @@ def time_cuda(fn: Callable[[], object], cfg: TimingConfig = TimingConfig(), *,
     torch.cuda.synchronize()
     wall, host, device = [], [], []
     for _ in range(cfg.repeats):
+        if before_each is not _noop:
+            before_each()
+            torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         w0, c0 = wall_clock(), cpu_clock()
         start.record(stream)
@@ -161,6 +171,17 @@ def time_cuda(fn: Callable[[], object], cfg: TimingConfig = TimingConfig(), *,
         host.append((c1 - c0) / cfg.inner)
         device.append(start.elapsed_time(end) * 1e-3 / cfg.inner)
     return Timing(tuple(wall), tuple(host), tuple(device))
+
+
+def median_times(fn: Callable[[], object], cuda: bool, cfg: TimingConfig = TimingConfig(), *,
+                 before_each: Callable[[], None] = _noop) -> tuple[float, float, float]:
+    """(wall, host, device) seconds per call, medians: CUDA events on a GPU (``cuda``), host
+    clocks on a CPU, where the device time is the wall time (the host does the work)."""
+    if cuda:
+        t = time_cuda(fn, cfg, before_each=before_each)
+        return t.wall_stats().median, t.host_stats().median, t.device_stats().median
+    t = time_host(fn, cfg, before_each=before_each)
+    return t.wall_stats().median, t.host_stats().median, t.wall_stats().median
 
 
 def time_graph_replays(graph, reps: int) -> float:

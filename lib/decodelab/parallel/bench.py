@@ -41,7 +41,6 @@ from decodelab.parallel.check import (
     TP_FP32_RTOL,
     build_model,
     greedy,
-    rel_err,
     unexplained_divergences,
 )
 from decodelab.parallel.group import NO_MULTICAST_ENV, TPGroup, init_world, shutdown, sub_group
@@ -49,12 +48,12 @@ from decodelab.parallel.profile import gather_rows, profile_step
 from decodelab.parallel.shard import check_tp
 from decodelab.profiles import PROFILES
 from decodelab.results import write_table
-from decodelab.runtime.bench_checks import prompts
+from decodelab.runtime.bench_checks import prompts, rel_err
 from decodelab.runtime.bench_model import copy_bandwidth_gb_s, decode_inputs
 from decodelab.runtime.config import named_config
 from decodelab.runtime.graphs import DecodeGraphs
 from decodelab.runtime.weights import random_weights
-from decodelab.timing import TimingConfig, time_cuda, time_host
+from decodelab.timing import TimingConfig, median_times
 from decodelab.validate import check_choice
 
 SWEEP_BYTES = tuple(1 << k for k in range(10, 29))  # 1 KiB .. 256 MiB
@@ -301,12 +300,7 @@ def _validate(cfg, group: TPGroup, model, graphs, reference: list) -> dict:
 def _time(group: TPGroup, fn, cfg: TimingConfig) -> tuple[float, float, float]:
     """(wall, host, device) seconds per call, medians, each the slowest rank's."""
     group.barrier()
-    if group.device.type == "cuda":
-        t = time_cuda(fn, cfg)
-        vals = (t.wall_stats().median, t.host_stats().median, t.device_stats().median)
-    else:
-        t = time_host(fn, cfg)
-        vals = (t.wall_stats().median, t.host_stats().median, t.wall_stats().median)
+    vals = median_times(fn, group.device.type == "cuda", cfg)
     return tuple(coll.group_max(group, v) for v in vals)
 
 

@@ -33,10 +33,6 @@ TP_BF16_RTOL = HF_BF16_RTOL
 TP_FP32_RTOL = 1e-5
 
 
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.float() - b.float()).abs().max() / b.float().abs().max())
-
-
 def unexplained_divergences(ref: tuple[list[list[int]], torch.Tensor],
                             got: tuple[list[list[int]], torch.Tensor], rtol: float) -> list[str]:
     """Free-running greedy runs (tokens, logits (B, steps, V)) may part only at a near tie: at

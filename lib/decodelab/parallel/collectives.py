@@ -7,7 +7,6 @@ algbw x 2 (n - 1) / n, the rate each link carries, comparable across rank counts
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,6 +15,7 @@ import torch.distributed as dist
 
 from decodelab.graphs import capture, warm_up
 from decodelab.parallel.group import TPGroup
+from decodelab.timing import TimingConfig, median_times
 from decodelab.validate import ConfigError
 
 
@@ -53,8 +53,8 @@ class CollectiveTiming:
 def time_ops(group: TPGroup, ops: Callable[[], None], refill: Callable[[], None], n_ops: int,
              mode: str, samples: int, warmup: int = 3) -> CollectiveTiming:
     """Seconds per collective of ``ops`` (which issues ``n_ops`` of them), eager or replayed from
-    one CUDA graph. ``refill`` restores the input before each sample, untimed, so repeated sums
-    of the same buffer never overflow (and never time zeros)."""
+    one CUDA graph. Before each sample, untimed, ``refill`` restores the input (repeated sums of
+    the same buffer never overflow, and never time zeros) and the ranks meet at a barrier."""
     if mode not in ("eager", "graph"):
         raise ConfigError(f"collective timing mode={mode!r}: must be 'eager' or 'graph'")
     cuda = group.device.type == "cuda"
@@ -66,35 +66,14 @@ def time_ops(group: TPGroup, ops: Callable[[], None], refill: Callable[[], None]
         run = graph.replay
     else:
         run = ops
-    for _ in range(warmup):
+    cfg = TimingConfig(warmup=warmup, repeats=samples, inner=1)
+
+    def before_each() -> None:
         refill()
-        run()
-    walls, hosts, devices = [], [], []
-    for _ in range(samples):
-        refill()
-        _sync(cuda)
         group.barrier()
-        start = torch.cuda.Event(enable_timing=True) if cuda else None
-        end = torch.cuda.Event(enable_timing=True) if cuda else None
-        w0, c0 = time.perf_counter(), time.thread_time()
-        if cuda:
-            start.record()
-        run()
-        if cuda:
-            end.record()
-        c1 = time.thread_time()
-        _sync(cuda)
-        w1 = time.perf_counter()
-        walls.append((w1 - w0) / n_ops)
-        hosts.append((c1 - c0) / n_ops)
-        devices.append(start.elapsed_time(end) * 1e-3 / n_ops if cuda else walls[-1])
-    med = [float(torch.tensor(v).median()) for v in (walls, devices, hosts)]
-    return CollectiveTiming(*(group_max(group, v) for v in med))
 
-
-def _sync(cuda: bool) -> None:
-    if cuda:
-        torch.cuda.synchronize()
+    wall, host, dev = median_times(run, cuda, cfg, before_each=before_each)
+    return CollectiveTiming(*(group_max(group, v / n_ops) for v in (wall, dev, host)))
 
 
 def all_reduce_sweep(group: TPGroup, sizes_bytes: tuple[int, ...], modes: tuple[str, ...],

@@ -46,12 +46,12 @@ from decodelab.device import has_cuda
 from decodelab.profiles import PROFILES
 from decodelab.results import write_table
 from decodelab.runtime import bench_runs as runs
+from decodelab.runtime.bench_model import on_bench_device
 from decodelab.runtime.cache import PagedKVCache
 from decodelab.runtime.config import named_config
 from decodelab.runtime.engine_config import EngineConfig
 from decodelab.runtime.model import PagedLlama
 from decodelab.runtime.weights import random_weights
-from decodelab.timing import cpu_threads
 from decodelab.validate import check_choice
 
 
@@ -116,11 +116,7 @@ def _setup(cfg: RuntimeBenchConfig, dev: torch.device):
 
 def bench(profile: str, out_dir: Path) -> list[Path]:
     cfg = RuntimeBenchConfig.for_profile(profile)
-    dev = torch.device("cuda" if cfg.profile == "gpu" and has_cuda() else "cpu")
-    if dev.type == "cuda":
-        return _bench(cfg, dev, out_dir)
-    with cpu_threads(1):  # see timing.cpu_threads: one thread for a tiny model's small ops
-        return _bench(cfg, dev, out_dir)
+    return on_bench_device(cfg.profile, lambda dev: _bench(cfg, dev, out_dir))
 
 
 def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Path]:

@@ -22,8 +22,10 @@ one the model uses.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
@@ -35,8 +37,10 @@ from decodelab.runtime.cache import PagedKVCache
 from decodelab.runtime.config import named_config
 from decodelab.runtime.model import PagedLlama
 from decodelab.runtime.weights import from_state_dict, random_state_dict
-from decodelab.timing import TimingConfig, cpu_threads, time_cuda, time_host
+from decodelab.timing import TimingConfig, cpu_threads, median_times, time_cuda, time_host
 from decodelab.validate import check_choice
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,15 +88,6 @@ def copy_bandwidth_gb_s(device: torch.device, nbytes: int, cfg: TimingConfig) ->
     return 2 * nbytes / t / 1e9
 
 
-def _time_step(fn, device: torch.device, cfg: TimingConfig) -> tuple[float, float, float]:
-    """(wall, host, device) seconds per step, medians; device = wall on a CPU."""
-    if device.type == "cuda":
-        t = time_cuda(fn, cfg)
-        return t.wall_stats().median, t.host_stats().median, t.device_stats().median
-    t = time_host(fn, cfg)
-    return t.wall_stats().median, t.host_stats().median, t.wall_stats().median
-
-
 def decode_inputs(cache: PagedKVCache, batch: int, context: int,
                   gen: torch.Generator | None = None):
     """B sequences with ``context`` tokens each (the last one new this step): static tensors.
@@ -133,7 +128,7 @@ def _time_ours(model: PagedLlama, graphs, cfg: PagedModelBenchConfig, step_bytes
             if graphs is not None:
                 modes["graph"] = lambda inputs=inputs: graphs.run(*inputs)
             for mode, fn in modes.items():
-                wall, host, dev_s = _time_step(fn, dev, cfg.timing)
+                wall, host, dev_s = median_times(fn, dev.type == "cuda", cfg.timing)
                 extra = dict(capture_s=graphs.capture_s, graph_mem_mib=graphs.graph_mem_mib,
                              bucket=graphs.bucket_for(batch)) if mode == "graph" else {}
                 rows.append(_row(mode, batch, context, wall, host, dev_s,
@@ -144,13 +139,18 @@ def _time_ours(model: PagedLlama, graphs, cfg: PagedModelBenchConfig, step_bytes
     return rows
 
 
+def on_bench_device(profile: str, body: Callable[[torch.device], T]) -> T:
+    """``body(device)`` on the device a profile measures: the GPU for ``gpu`` on a CUDA machine,
+    else the CPU with one torch thread (see ``timing.cpu_threads``: a tiny model's small ops)."""
+    if profile == "gpu" and has_cuda():
+        return body(torch.device("cuda"))
+    with cpu_threads(1):
+        return body(torch.device("cpu"))
+
+
 def bench(profile: str, out_dir: Path) -> list[Path]:
     cfg = PagedModelBenchConfig.for_profile(profile)
-    dev = torch.device("cuda" if cfg.profile == "gpu" and has_cuda() else "cpu")
-    if dev.type == "cuda":
-        return _bench(cfg, dev, out_dir)
-    with cpu_threads(1):  # see timing.cpu_threads: one thread for a tiny model's small ops
-        return _bench(cfg, dev, out_dir)
+    return on_bench_device(cfg.profile, lambda dev: _bench(cfg, dev, out_dir))
 
 
 def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list[Path]:
