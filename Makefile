@@ -50,21 +50,21 @@ test-gpu:
 
 bench-gpu:
 	PYTHONPATH=lib $(PYTHON) -m decodelab bench all --profile gpu \
-	  --out data/reference/$$(PYTHONPATH=lib $(PYTHON) -c 'from decodelab.device import collect_info; print(collect_info().label)')
+	  --out data/reference/$$(PYTHONPATH=lib $(PYTHON) -c 'from decodelab.core.device import collect_info; print(collect_info().label)')
 
 # One process per GPU (torchrun); NVLink multicast stays off in every process.
 TP_GPUS ?= $(shell nvidia-smi -L 2>/dev/null | wc -l)
 bench-gpu-tp:
 	NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=lib \
 	  $(PYTHON) -m torch.distributed.run --standalone --nproc-per-node $(TP_GPUS) -m decodelab bench tp \
-	  --profile gpu --out data/reference/$$(PYTHONPATH=lib $(PYTHON) -c 'from decodelab.device \
+	  --profile gpu --out data/reference/$$(PYTHONPATH=lib $(PYTHON) -c 'from decodelab.core.device \
 	  import collect_info; print(collect_info().label)')x$(TP_GPUS)
 
 lint: setup
 	$(VPY) -m ruff check lib tests notebooks
 
 notebooks-sync: setup
-	$(VPY) -m jupytext --sync notebooks/[0-9][0-9]_*.py
+	$(VPY) -m jupytext --quiet --to ipynb --update notebooks/[0-9][0-9]_*.py
 
 clean-local:
 	rm -rf data/local/* && touch data/local/.gitkeep

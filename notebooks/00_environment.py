@@ -30,11 +30,13 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from decodelab import plots
-from decodelab.device import EnvironmentParams, calibrate, collect_info
+from decodelab.core.device import collect_info
+from decodelab.core.results import has_table, load_table, to_frame, write_table
+from decodelab.env.calibrate import calibrate
+from decodelab.env.notebook import NotebookParams
 from decodelab.plots.environment import ceilings_figure
-from decodelab.results import has_table, load_table, to_frame, write_table
 
-params = EnvironmentParams(profile=profile, interactive=interactive, calibrate_live=calibrate_live)
+params = NotebookParams(profile=profile, interactive=interactive, calibrate_live=calibrate_live)
 plots.use_style()
 
 # %% [markdown]

@@ -15,7 +15,7 @@
 # # 01 · Dispatch: how much of a decode step is the host issuing kernels?
 #
 # One toy decode step (L layers of `x = tanh(x W + b)`, an output projection, a greedy token
-# and a token-dependent state update, see `decodelab.toy`) runs in four dispatch modes through
+# and a token-dependent state update, see `decodelab.toy.step`) runs in four dispatch modes through
 # one switch, `decodelab.dispatch.make_step`:
 #
 # - `eager`: plain PyTorch, one kernel launch per operation;
@@ -39,10 +39,10 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from decodelab import plots
+from decodelab.core.results import has_table, load_table, write_table
 from decodelab.dispatch import (
     SEED_CPU_REDUCTION,
     TABLE,
-    NotebookParams,
     crossovers,
     graph_ratios,
     nearest_point,
@@ -50,8 +50,8 @@ from decodelab.dispatch import (
     run,
 )
 from decodelab.dispatch.analysis import sweep_base
+from decodelab.dispatch.notebook import NotebookParams
 from decodelab.plots import dispatch as figs
-from decodelab.results import has_table, load_table, write_table
 
 params = NotebookParams(profile=profile, interactive=interactive, measure_live=measure_live)
 plots.use_style()

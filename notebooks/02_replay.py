@@ -42,11 +42,14 @@ seed = 0
 import pandas as pd
 from IPython.display import Markdown, display
 
-from decodelab import paths, plots
-from decodelab.device import has_cuda
+from decodelab import plots
+from decodelab.core import paths
+from decodelab.core.device import has_cuda
+from decodelab.core.results import has_table, load_table
+from decodelab.core.seed import SEED_HARDWARE, SEED_SOURCE
 from decodelab.plots import replay as replay_plots
-from decodelab.replay import NotebookParams, bench
-from decodelab.replay_fit import (
+from decodelab.replay.bench import bench
+from decodelab.replay.fit import (
     R2_TARGET,
     fit_multistep,
     fit_nodes,
@@ -55,15 +58,14 @@ from decodelab.replay_fit import (
     seed_replay_claim,
     snr_needed,
 )
-from decodelab.replay_tradeoff import (
+from decodelab.replay.notebook import NotebookParams
+from decodelab.replay.tradeoff import (
     best_k,
     measured_replay_us,
     model_from_fits,
     simulate,
     tradeoff,
 )
-from decodelab.results import has_table, load_table
-from decodelab.seed_claims import SEED_HARDWARE, SEED_SOURCE
 
 params = NotebookParams(profile=profile, interactive=interactive, measure_live=measure_live,
                         p_stop=p_stop, sim_requests=sim_requests, seed=seed)
@@ -212,7 +214,7 @@ if multi is not None:
 # ## Our numbers next to the seed's
 #
 # The seed's figure is a quotation (kept with the seed's other claims in
-# `decodelab.seed_claims.SEED_CLAIMS`, with its source), measured on another GPU; ours are fitted
+# `decodelab.core.seed.SEED_CLAIMS`, with its source), measured on another GPU; ours are fitted
 # from the stored rows above, with 95% confidence intervals.
 
 # %%

@@ -48,11 +48,14 @@ n_validate = 1000
 # %%
 from IPython.display import Markdown, display
 
-from decodelab import paths, plots
-from decodelab.device import has_cuda
-from decodelab.persistent import NotebookParams, bench, clock_summary, seed_comparison
+from decodelab import plots
+from decodelab.core import paths
+from decodelab.core.device import has_cuda
+from decodelab.core.results import has_table, load_table
+from decodelab.persistent.analysis import clock_summary, seed_comparison
+from decodelab.persistent.bench import bench
+from decodelab.persistent.notebook import NotebookParams
 from decodelab.plots import persistent as persistent_plots
-from decodelab.results import has_table, load_table
 
 params = NotebookParams(profile=profile, interactive=interactive, n_validate=n_validate)
 plots.use_style()

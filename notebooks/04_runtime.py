@@ -15,7 +15,7 @@
 # # 04 · The runtime loop: what serving costs on top of the forward pass
 #
 # Phase 4a built a Llama-shaped decoder over a paged KV cache, captured as one CUDA graph per
-# batch bucket. This notebook drives it with a real serving loop, `decodelab.runtime.Engine`:
+# batch bucket. This notebook drives it with a real serving loop, `decodelab.engine.Engine`:
 #
 # ```
 # while requests remain:
@@ -43,8 +43,8 @@ run_bench = True
 from IPython.display import Markdown, display
 
 from decodelab import plots
+from decodelab.engine.notebook import NotebookParams, demo, load_tables, run_local_bench, summary
 from decodelab.plots import runtime as figs
-from decodelab.runtime.notebook import NotebookParams, demo, load_tables, run_local_bench, summary
 
 params = NotebookParams(profile=profile, interactive=interactive, run_bench=run_bench)
 plots.use_style()

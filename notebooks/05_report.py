@@ -39,19 +39,15 @@ from dataclasses import replace
 import pandas as pd
 from IPython.display import Markdown, display
 
-from decodelab import notebooks, paths, plots
-from decodelab.layers import (
-    NotebookParams,
-    decompose,
-    fmt_us,
-    load_tables,
-    regime_markdown,
-    regime_table,
-    terms_frame,
-)
+from decodelab import notebooks, plots
+from decodelab.analysis.decompose import decompose, regime_markdown, regime_table, terms_frame
+from decodelab.analysis.layers import fmt_us, load_tables
+from decodelab.analysis.notebook import NotebookParams
+from decodelab.analysis.seed_table import AGREE_FACTOR, seed_table
+from decodelab.core import paths
+from decodelab.core.seed import SEED_SOURCE
 from decodelab.plots.report import decomposition_figure, empty_figure
-from decodelab.seed_claims import AGREE_FACTOR, SEED_SOURCE, seed_table
-from decodelab.toy import NAMED_CONFIGS, named
+from decodelab.toy.step import NAMED_CONFIGS, named
 
 params = NotebookParams(profile=profile, interactive=interactive, reference=reference,
                         toy_config=toy_config, model_batch=model_batch,
@@ -190,7 +186,7 @@ if not terms.empty:
 # ## The seed study's claims against our measurements
 #
 # The seed study ran on one SM75 (Turing) GPU; ours is the H200 reference. Its numbers are
-# quotations (one constant, `decodelab.seed_claims.SEED_CLAIMS`); ours are computed from the
+# quotations (one constant, `decodelab.core.seed.SEED_CLAIMS`); ours are computed from the
 # tables above. The rule for "agrees?" is stated in the table and below.
 
 # %%

@@ -43,7 +43,8 @@ run_bench = True
 # %%
 from IPython.display import Markdown, display
 
-from decodelab import paths, plots
+from decodelab import plots
+from decodelab.core import paths
 from decodelab.parallel import analysis
 from decodelab.parallel.notebook import (
     NotebookParams,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from decodelab.runtime.block_pool import BlockPool
+from decodelab.model.block_pool import BlockPool
 
 _P = 1_000_003
 

@@ -1,7 +1,7 @@
 """Synthetic phase tables with known layer terms (µs per step), for the report's tests.
 
 The numbers are chosen, not measured: each regime's terms are listed in :data:`KNOWN` and the
-tables are built so that the definitions of :mod:`decodelab.regimes` recover exactly them.
+tables are built so that the definitions of :mod:`decodelab.analysis.regimes` recover exactly them.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class FakeInfo:
 
 def write_reference_tree(root: Path, names: tuple[str, ...] | None = None) -> Path:
     """Write the synthetic tables as ``root/data/reference/h200/NAME.csv`` (+ metadata)."""
-    from decodelab.results import write_table
+    from decodelab.core.results import write_table
 
     out = root / "data" / "reference" / "h200"
     for name, frame in tables().items():

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decodelab.runtime.block_pool import BlockPool, BlockPoolExhausted
-from decodelab.validate import ConfigError
+from decodelab.core.validate import ConfigError
+from decodelab.model.block_pool import BlockPool, BlockPoolExhausted
 
 # An operation: ("alloc", n) asks for n blocks for a new owner; ("free", i) frees owner i % owners.
 ops = st.lists(st.one_of(st.tuples(st.just("alloc"), st.integers(0, 12)),
@@ -85,6 +85,6 @@ def test_bad_sizes_are_config_errors():
 
 
 def test_block_pool_imports_no_torch():
-    code = ("import sys; import decodelab.runtime.block_pool; "
+    code = ("import sys; import decodelab.model.block_pool; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from decodelab.device import CalibrationConfig, calibrate, ceiling, collect_info, device_label
-from decodelab.timing import TimingConfig, time_cuda
-from decodelab.validate import ConfigError
+from decodelab.core.device import collect_info, device_label
+from decodelab.core.timing import TimingConfig, time_cuda
+from decodelab.core.validate import ConfigError
+from decodelab.env.calibrate import CalibrationConfig, calibrate, ceiling
 
 
 @pytest.mark.parametrize("name,label", [("NVIDIA H200", "h200"), ("Tesla T4", "t4"),

@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 import torch
 
-from decodelab import toy
+from decodelab.core.results import load_table
+from decodelab.core.validate import ConfigError
 from decodelab.dispatch import (
     MODES,
     ModeMismatchError,
-    NotebookParams,
     bench,
     check_against_eager,
     crossovers,
@@ -22,8 +22,8 @@ from decodelab.dispatch import (
     plan_for,
 )
 from decodelab.dispatch.measure import _busy_us, profile_counts, time_steps
-from decodelab.results import load_table
-from decodelab.validate import ConfigError
+from decodelab.dispatch.notebook import NotebookParams
+from decodelab.toy import step as toy
 
 matplotlib.use("Agg")
 

@@ -10,13 +10,13 @@ import pytest
 import torch
 from fake_runtime_model import FakeModel
 
-from decodelab.runtime.cache import PagedKVCache, slots_for
-from decodelab.runtime.config import named_config
-from decodelab.runtime.engine import Engine
-from decodelab.runtime.engine_config import EngineConfig
-from decodelab.runtime.model import PagedLlama
-from decodelab.runtime.requests import InvalidRequestError, Request, SamplingParams, Status
-from decodelab.runtime.weights import random_weights
+from decodelab.engine.config import EngineConfig
+from decodelab.engine.engine import Engine
+from decodelab.engine.requests import InvalidRequestError, Request, SamplingParams, Status
+from decodelab.model.config import named_config
+from decodelab.model.kv_cache import PagedKVCache, slots_for
+from decodelab.model.llama import PagedLlama
+from decodelab.model.weights import random_weights
 
 
 def random_params(rng: random.Random, **kw) -> SamplingParams:
@@ -251,7 +251,7 @@ def test_real_tiny_llama_sampled_request_same_alone_and_in_a_mix():
 
 @pytest.mark.gpu
 def test_cuda_engine_graphs_equal_eager_and_isolate_faults():
-    from decodelab.runtime.graphs import DecodeGraphs
+    from decodelab.model.graphs import DecodeGraphs
 
     cfg = named_config("tiny")
     dev = torch.device("cuda")
@@ -355,7 +355,7 @@ def test_step_graph_bodies_read_only_static_buffers(monkeypatch):
     """The engine's graph path (stage -> forward -> sampler over static buffers, with replay
     standing in for capture) gives exactly the eager engine's tokens: every per-step value
     reaches the bodies through the static buffers the step's single copy fills."""
-    from decodelab.runtime.step_graphs import StepGraphs
+    from decodelab.engine.step_graphs import StepGraphs
 
     monkeypatch.setattr(StepGraphs, "_capture", lambda self, body, warm: _Replay(body))
     reqs = workload(16, seed=31, vocab=512, max_new_tokens=14)
@@ -378,7 +378,7 @@ def test_step_graph_bodies_read_only_static_buffers(monkeypatch):
 def test_cuda_step_graphs_sampler_equals_eager_every_step():
     """On the GPU: after every decode step, the captured sampler of that step's bucket and
     mode, replayed, equals its eager body on the same logits and parameters."""
-    from decodelab.runtime.graphs import DecodeGraphs
+    from decodelab.model.graphs import DecodeGraphs
 
     cfg = named_config("tiny")
     dev = torch.device("cuda")
@@ -401,7 +401,7 @@ def test_cuda_step_graphs_sampler_equals_eager_every_step():
 
 
 def test_step_mode_equals_choose_mode_of_the_rows():
-    from decodelab.runtime.sampling import choose_mode
+    from decodelab.engine.sampler import choose_mode
 
     eng = fake_engine(max_num_seqs=16)
     handles = [eng.submit(r) for r in workload(16, seed=41, max_new_tokens=20)]
@@ -416,9 +416,9 @@ def test_step_mode_equals_choose_mode_of_the_rows():
 
 
 def test_step_uniforms_equal_the_hash_across_windows_and_reassignment():
-    from decodelab.runtime.batch import U_WINDOW, StaticBatch
-    from decodelab.runtime.requests import Sequence
-    from decodelab.runtime.sampling import row_uniforms
+    from decodelab.engine.batch import U_WINDOW, StaticBatch
+    from decodelab.engine.requests import Sequence
+    from decodelab.engine.sampler import row_uniforms
 
     batch = StaticBatch(4, 8, 4, 4, 99, torch.device("cpu"))
     slots = np.array([0, 1, 2, 4])  # slot 4: the spare slot of padding rows
@@ -454,10 +454,10 @@ def _step_graphs_at_large_vocab(dev):
     applies: inputs staged from the static buffers, tokens equal to the full sort's."""
     from dataclasses import replace
 
-    from decodelab.runtime.batch import StaticBatch
-    from decodelab.runtime.requests import Sequence
-    from decodelab.runtime.sampling import PenaltyState, sample
-    from decodelab.runtime.step_graphs import StepGraphs
+    from decodelab.engine.batch import StaticBatch
+    from decodelab.engine.requests import Sequence
+    from decodelab.engine.sampler import PenaltyState, sample
+    from decodelab.engine.step_graphs import StepGraphs
 
     rows, vocab, bs = 8, 32768, 16
     batch = StaticBatch(rows, 4, rows, bs, 0, dev)
@@ -495,7 +495,7 @@ def _step_graphs_at_large_vocab(dev):
 
 @pytest.mark.parametrize("two_stage_faster", [True, False])
 def test_step_graphs_stage_and_timed_selection_on_cpu(monkeypatch, two_stage_faster):
-    from decodelab.runtime.step_graphs import StepGraphs
+    from decodelab.engine.step_graphs import StepGraphs
 
     monkeypatch.setattr(StepGraphs, "_capture", lambda self, body, warm: _Replay(body))
     fast = 64 if two_stage_faster else 0

@@ -9,9 +9,9 @@ import random
 
 from fake_runtime_model import FakeModel
 
-from decodelab.runtime.engine import Engine
-from decodelab.runtime.engine_config import EngineConfig
-from decodelab.runtime.requests import Request, SamplingParams, Status
+from decodelab.engine.config import EngineConfig
+from decodelab.engine.engine import Engine
+from decodelab.engine.requests import Request, SamplingParams, Status
 
 N_REQUESTS = 3000
 POISON = 47

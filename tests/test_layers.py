@@ -6,20 +6,14 @@ import math
 import pytest
 import synthetic
 
-from decodelab.layers import (
-    REGIMES,
-    Headline,
-    NotebookParams,
-    Tables,
-    decompose,
-    load_tables,
-    regime_table,
-    terms_frame,
-)
+from decodelab.analysis.decompose import decompose, regime_table, terms_frame
+from decodelab.analysis.layers import REGIMES, Headline, Tables, load_tables
+from decodelab.analysis.notebook import NotebookParams
+from decodelab.analysis.seed_table import agrees, seed_table
+from decodelab.core.results import write_table
+from decodelab.core.seed import SEED_CLAIMS, SEED_REGIMES
+from decodelab.core.validate import ConfigError
 from decodelab.plots.report import decomposition_figure, empty_figure
-from decodelab.results import write_table
-from decodelab.seed_claims import SEED_CLAIMS, SEED_REGIMES, agrees, seed_table
-from decodelab.validate import ConfigError
 
 
 def _tables(**kwargs) -> Tables:

@@ -74,4 +74,4 @@ def test_report_export_is_self_contained(executed_00, tmp_path):
     assert not re.findall(r"import\(\s*\"https?://", html)
     assert "decodelab report" in html and 'id="00_environment"' in html
     # code is hidden: the notebook's import line must not appear in the report
-    assert "from decodelab.device import EnvironmentParams" not in html
+    assert "from decodelab.core.device import NotebookParams" not in html

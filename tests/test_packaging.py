@@ -3,7 +3,7 @@
 import re
 import tomllib
 
-from decodelab import paths
+from decodelab.core import paths
 
 
 def test_environment_yml_mirrors_pyproject():

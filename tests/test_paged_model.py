@@ -8,11 +8,11 @@ import json
 import pytest
 import torch
 
-from decodelab.runtime.cache import PagedKVCache, slots_for
-from decodelab.runtime.config import ModelConfig, named_config, rope_inv_freq
-from decodelab.runtime.model import PagedLlama, greedy_generate
-from decodelab.runtime.weights import from_state_dict, load_checkpoint, random_state_dict
-from decodelab.validate import ConfigError
+from decodelab.core.validate import ConfigError
+from decodelab.model.config import ModelConfig, named_config, rope_inv_freq
+from decodelab.model.kv_cache import PagedKVCache, slots_for
+from decodelab.model.llama import PagedLlama, greedy_generate
+from decodelab.model.weights import from_state_dict, load_checkpoint, random_state_dict
 
 transformers = pytest.importorskip("transformers")
 

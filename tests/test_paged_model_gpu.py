@@ -1,17 +1,17 @@
 """GPU checks of the paged model: Triton kernels vs the references, graphs vs eager, bf16 vs
-transformers (bounds stated in decodelab.runtime.bench_checks)."""
+transformers (bounds stated in decodelab.model.check)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from decodelab.runtime import bench_checks as checks
-from decodelab.runtime.cache import PagedKVCache
-from decodelab.runtime.config import named_config
-from decodelab.runtime.graphs import DecodeGraphs
-from decodelab.runtime.model import PagedLlama, greedy_generate
-from decodelab.runtime.weights import from_state_dict, random_state_dict
+from decodelab.model import check as checks
+from decodelab.model.config import named_config
+from decodelab.model.graphs import DecodeGraphs
+from decodelab.model.kv_cache import PagedKVCache
+from decodelab.model.llama import PagedLlama, greedy_generate
+from decodelab.model.weights import from_state_dict, random_state_dict
 
 pytestmark = pytest.mark.gpu
 

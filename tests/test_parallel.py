@@ -6,14 +6,14 @@ import pytest
 import torch
 import tp_workers
 
+from decodelab.core.validate import ConfigError
+from decodelab.model.check import rel_err
+from decodelab.model.config import named_config
+from decodelab.model.kv_cache import PagedKVCache
+from decodelab.model.llama import PagedLlama, greedy_generate
+from decodelab.model.weights import random_weights
 from decodelab.parallel.check import TP_FP32_RTOL, run_on_ranks
 from decodelab.parallel.shard import check_tp, local_config, shard_weights
-from decodelab.runtime.bench_checks import rel_err
-from decodelab.runtime.cache import PagedKVCache
-from decodelab.runtime.config import named_config
-from decodelab.runtime.model import PagedLlama, greedy_generate
-from decodelab.runtime.weights import random_weights
-from decodelab.validate import ConfigError
 
 
 def test_tp_must_divide_every_split():

@@ -7,10 +7,10 @@ import math
 import pandas as pd
 import pytest
 
+from decodelab.core.validate import ConfigError
 from decodelab.parallel import analysis
 from decodelab.parallel.collectives import bus_bandwidth_gb_s
 from decodelab.parallel.notebook import NotebookParams, crossover_prose, local_plan
-from decodelab.validate import ConfigError
 
 BATCHES = (1, 2, 4, 8)
 # model -> (TP=1 ms, TP=2 compute ms, TP=2 comm ms) per batch. "big" pays off at once; "small"

@@ -8,12 +8,12 @@ import pytest
 import torch
 import tp_workers
 
+from decodelab.model.check import rel_err
 from decodelab.parallel.check import (
     TP_BF16_RTOL,
     run_on_ranks,
     unexplained_divergences,
 )
-from decodelab.runtime.bench_checks import rel_err
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")]

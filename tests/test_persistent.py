@@ -8,15 +8,19 @@ import math
 import pytest
 import torch
 
-from decodelab import persistent, toy
-from decodelab.persistent_bench import (
+from decodelab.core.validate import ConfigError
+from decodelab.persistent import analysis as persistent_analysis
+from decodelab.persistent import bench as persistent_bench
+from decodelab.persistent import kernel as persistent
+from decodelab.persistent.bench import (
     barrier_for,
     latency_model_cycles,
     latency_model_us,
     launch_configs,
     sweep_plan,
 )
-from decodelab.validate import ConfigError
+from decodelab.persistent.notebook import NotebookParams
+from decodelab.toy import step as toy
 
 
 def test_kernel_config_validation():
@@ -69,15 +73,15 @@ def test_needs_a_cuda_gpu(tmp_path):
     with pytest.raises(ConfigError, match="needs a CUDA GPU"):
         persistent.run(w, x0, 10)
     with pytest.raises(ConfigError, match="needs a CUDA GPU"):
-        persistent.bench("gpu", tmp_path)
+        persistent_bench.bench("gpu", tmp_path)
 
 
 def test_notebook_params():
-    persistent.NotebookParams(profile="smoke", interactive=False)
+    NotebookParams(profile="smoke", interactive=False)
     with pytest.raises(ConfigError, match="profile"):
-        persistent.NotebookParams(profile="huge", interactive=False)
+        NotebookParams(profile="huge", interactive=False)
     with pytest.raises(ConfigError, match="n_validate"):
-        persistent.NotebookParams(profile="cpu", interactive=True, n_validate=0)
+        NotebookParams(profile="cpu", interactive=True, n_validate=0)
 
 
 def test_latency_model_math():
@@ -256,7 +260,7 @@ def test_plots_on_synthetic_frames():
 
 def test_seed_comparison_on_synthetic_frame():
     frame, _ = _synthetic_frames()
-    table = persistent.seed_comparison(frame)
+    table = persistent_analysis.seed_comparison(frame)
     assert set(table["config"]) == {"ultra-light", "h256"}
     ul = table[table["config"] == "ultra-light"].iloc[0]
     assert ul["best_variant"] == "cluster" and math.isclose(ul["x_graph_k1"], 1e6 / 5e4)
@@ -266,11 +270,11 @@ def test_seed_comparison_on_synthetic_frame():
 def test_clock_summary_on_synthetic_frame():
     frame, barriers = _synthetic_frames()
     barriers["sm_clock_ghz"] = 1.5
-    text = persistent.clock_summary(frame, barriers)
+    text = persistent_analysis.clock_summary(frame, barriers)
     assert "1.90 GHz" in text and "1.50 GHz" in text
     assert "not validated, not timed: cluster_v2" in text
     old = frame.drop(columns=["cycles_per_step"])
-    assert "no in-kernel clock" in persistent.clock_summary(old, None)
+    assert "no in-kernel clock" in persistent_analysis.clock_summary(old, None)
 
 
 # ---- CPU simulation of the second-version work split (kernels/persistent_v2.cuh) ----------
@@ -340,7 +344,7 @@ def test_v2_work_split_simulated(h: int, width: int, threads: int, groups: int):
 def test_bench_records_a_failing_variant_and_goes_on(monkeypatch):
     """CPU: with the kernel calls replaced, a variant that raises or fails validation gets a row
     (validated False, no timing) and the other variants are still measured."""
-    from decodelab import persistent_bench as pb
+    from decodelab.persistent import bench as pb
 
     cfg = toy.named("ultra-light")
     w, x0 = toy.make_weights(cfg), toy.initial_state(cfg)

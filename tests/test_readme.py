@@ -2,7 +2,7 @@
 
 import re
 
-from decodelab import paths
+from decodelab.core import paths
 
 
 def test_readme_regime_table_matches_the_generated_one():
@@ -18,8 +18,8 @@ def test_readme_regime_table_matches_the_generated_one():
 
 
 def test_readme_tp_table_matches_the_reference_data():
+    from decodelab.core.results import load_table
     from decodelab.parallel.analysis import headline_table
-    from decodelab.results import load_table
 
     root = paths.repo_root()
     readme = (root / "README.md").read_text()

@@ -8,9 +8,15 @@ import pandas as pd
 import pytest
 import torch
 
-from decodelab import replay, replay_fit, replay_timing, replay_tradeoff, seed_claims
+from decodelab.core import seed
+from decodelab.core.validate import ConfigError
 from decodelab.plots import replay as replay_plots
-from decodelab.validate import ConfigError
+from decodelab.replay import bench as replay_bench
+from decodelab.replay import fit as replay_fit
+from decodelab.replay import interleave as replay_timing
+from decodelab.replay import measure as replay
+from decodelab.replay import tradeoff as replay_tradeoff
+from decodelab.replay.notebook import NotebookParams
 
 
 def _noisy(y, rng, cv=0.01):
@@ -135,7 +141,7 @@ def test_quantities_and_seed_comparison_come_from_fits():
     assert (q["ci_low"] <= q["value"]).all() and (q["value"] <= q["ci_high"]).all()
     cmp = replay_fit.seed_comparison(steps, nodes)
     assert (cmp["seed_us"] == replay_fit.seed_replay_claim().value).all()
-    assert replay_fit.seed_replay_claim().value in {c.value for c in seed_claims.SEED_CLAIMS}
+    assert replay_fit.seed_replay_claim().value in {c.value for c in seed.SEED_CLAIMS}
     assert len(cmp) == 2 + 2  # graph T_replay and host cost + one row per config (variant none)
 
 
@@ -151,7 +157,7 @@ def test_round_order_rotates_and_reverses():
 
 
 def test_time_interleaved_visits_every_point_once_per_round():
-    from decodelab.timing import time_host
+    from decodelab.core.timing import time_host
 
     calls = []
     points = {key: replay_timing.Point(lambda key=key: calls.append(key), inner)
@@ -238,15 +244,15 @@ def test_profiles_build_valid_configs():
 
 
 def test_notebook_params_validate():
-    replay.NotebookParams(profile="smoke", interactive=False)
+    NotebookParams(profile="smoke", interactive=False)
     with pytest.raises(ConfigError, match="p_stop=2"):
-        replay.NotebookParams(p_stop=2)
+        NotebookParams(p_stop=2)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")
 def test_bench_on_cpu_says_it_needs_a_gpu(tmp_path):
     with pytest.raises(ConfigError, match="needs a CUDA GPU"):
-        replay.bench("smoke", tmp_path)
+        replay_bench.bench("smoke", tmp_path)
     assert not list(tmp_path.iterdir())
 
 
@@ -289,7 +295,8 @@ def test_explorer_degrades_to_a_static_figure():
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", ["ultra-light", "h256", "medium"])
 def test_k_step_graphs_equal_k_eager_steps(config):
-    from decodelab import graphs, toy
+    from decodelab.toy import graphs
+    from decodelab.toy import step as toy
 
     tc = toy.named(config)
     weights = toy.make_weights(tc, "cuda")
@@ -307,7 +314,7 @@ def test_graph_of_adds_and_smoke_bench(tmp_path):
     graph.replay()
     graph.replay()
     assert float(x.item()) == 14.0
-    written = replay.bench("smoke", tmp_path)
+    written = replay_bench.bench("smoke", tmp_path)
     assert {p.name for p in written} == {"replay_nodes.csv", "replay_multistep.csv"}
     multi = pd.read_csv(tmp_path / "replay_multistep.csv")
     assert multi["validated"].all() and set(multi["variant"]) == {"none", "readout"}
@@ -322,7 +329,7 @@ def test_notebook_runs_on_stored_or_missing_results(local_results, tmp_path, wit
     import nbformat
 
     from decodelab import notebooks
-    from decodelab.results import has_table, write_table
+    from decodelab.core.results import has_table, write_table
 
     reference_stored = has_table("replay_nodes", local=local_results)
     if reference_stored and not with_data:

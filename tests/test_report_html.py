@@ -17,7 +17,8 @@ import synthetic
 pytest.importorskip("papermill")
 pytest.importorskip("nbconvert")
 
-from decodelab import cli, notebooks, paths, report  # noqa: E402
+from decodelab import cli, notebooks, report  # noqa: E402
+from decodelab.core import paths
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(

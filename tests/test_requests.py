@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from decodelab.runtime.requests import (
+from decodelab.core.validate import ConfigError
+from decodelab.engine.requests import (
     InvalidRequestError,
     Limits,
     Request,
     SamplingParams,
     validate_request,
 )
-from decodelab.validate import ConfigError
 
 LIMITS = Limits(vocab_size=100, max_model_len=32)
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 import pandas as pd
 import pytest
 
-from decodelab import results
-from decodelab.device import collect_info
+from decodelab.core import results
+from decodelab.core.device import collect_info
 
 
 @dataclass(frozen=True)

@@ -5,16 +5,16 @@ from __future__ import annotations
 import matplotlib
 import pytest
 
-from decodelab.runtime.notebook import NotebookParams
-from decodelab.validate import ConfigError
+from decodelab.core.validate import ConfigError
+from decodelab.engine.notebook import NotebookParams
 
 matplotlib.use("Agg")
 
 
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory):
-    from decodelab.results import load_table
-    from decodelab.runtime.bench_engine import bench
+    from decodelab.core.results import load_table
+    from decodelab.engine.bench import bench
 
     out = tmp_path_factory.mktemp("runtime")
     paths = bench("smoke", out)
@@ -51,7 +51,7 @@ def test_every_figure_renders(tables):
 
 
 def test_summary_names_targets(tables):
-    from decodelab.runtime.notebook import summary
+    from decodelab.engine.notebook import summary
 
     text = summary(tables)
     assert "this machine" in text and "target" in text
@@ -66,7 +66,7 @@ def test_notebook_params_validate():
 
 
 def test_demo_contains_each_failure():
-    from decodelab.runtime.notebook import demo
+    from decodelab.engine.notebook import demo
 
     rows, rejected, pool = demo()
     by = rows.set_index("request")

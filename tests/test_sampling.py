@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from decodelab.graphs import capture, warm_up
-from decodelab.runtime.sampling import (
+from decodelab.core.capture import capture, warm_up
+from decodelab.engine.sampler import (
     PenaltyState,
     RowParams,
     SamplerMode,

@@ -7,9 +7,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decodelab.runtime.block_pool import BlockPool
-from decodelab.runtime.requests import Request, SamplingParams, Sequence, Status
-from decodelab.runtime.scheduler import Plan, Scheduler, SchedulerConfig
+from decodelab.engine.requests import Request, SamplingParams, Sequence, Status
+from decodelab.engine.scheduler import Plan, Scheduler, SchedulerConfig
+from decodelab.model.block_pool import BlockPool
 
 
 def make_seq(i: int, prompt_len: int, max_new: int) -> Sequence:

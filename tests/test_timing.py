@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from decodelab.timing import TimingConfig, auto_inner, bootstrap_ci, summarize, time_host
+from decodelab.core.timing import TimingConfig, auto_inner, bootstrap_ci, summarize, time_host
 
 
 class FakeClock:
@@ -112,7 +112,7 @@ def test_stats_scaled():
 def test_cpu_threads_restores_the_thread_count():
     import torch
 
-    from decodelab.timing import cpu_threads
+    from decodelab.core.timing import cpu_threads
 
     before = torch.get_num_threads()
     with cpu_threads(1):
@@ -127,7 +127,7 @@ def test_cpu_threads_restores_the_thread_count():
 def test_time_graph_replays_is_positive_and_scales_with_work():
     import torch
 
-    from decodelab.timing import time_graph_replays
+    from decodelab.core.timing import time_graph_replays
 
     x = torch.randn(4096, 4096, device="cuda")
     x @ x  # create the cuBLAS handle and workspace before capture

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from decodelab import toy
-from decodelab.validate import ConfigError
+from decodelab.core.validate import ConfigError
+from decodelab.toy import step as toy
 
 
 @pytest.mark.parametrize(("field", "value"), [

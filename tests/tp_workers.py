@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from decodelab.model.config import named_config
+from decodelab.model.weights import random_weights
 from decodelab.parallel.check import build_model, greedy
 from decodelab.parallel.group import TPGroup
-from decodelab.runtime.config import named_config
-from decodelab.runtime.weights import random_weights
 
 PROMPTS = [[5, 17, 99, 3, 250, 8], [42], [7, 7, 300, 12, 1, 9, 88, 2, 31, 400, 64, 5, 6]]
 NEW_TOKENS = 12
@@ -27,9 +27,9 @@ def tiny_greedy(world: TPGroup, overrides: dict, forced=None, skip_comm: bool = 
 
 def nccl_matches_tp1(world: TPGroup, model_name: str, new_tokens: int):
     """bf16 on GPUs: TP=world (graph and eager) against TP=1 on rank 0, same weights."""
+    from decodelab.model.check import prompts
+    from decodelab.model.graphs import DecodeGraphs
     from decodelab.parallel.group import sub_group
-    from decodelab.runtime.bench_checks import prompts
-    from decodelab.runtime.graphs import DecodeGraphs
 
     config = named_config(model_name)
     full = random_weights(config, seed=0, dtype=torch.bfloat16, device=world.device)

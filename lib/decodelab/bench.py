@@ -15,12 +15,12 @@ from pathlib import Path
 
 # Order matters for ``bench all``: the environment's ceilings first.
 PHASES: dict[str, str] = {
-    "env": "decodelab.device",
-    "dispatch": "decodelab.dispatch",
-    "replay": "decodelab.replay",
-    "persistent": "decodelab.persistent",
-    "paged_model": "decodelab.runtime.bench_model",
-    "runtime": "decodelab.runtime.bench_engine",
+    "env": "decodelab.env.bench",
+    "dispatch": "decodelab.dispatch.bench",
+    "replay": "decodelab.replay.bench",
+    "persistent": "decodelab.persistent.bench",
+    "paged_model": "decodelab.model.bench",
+    "runtime": "decodelab.engine.bench",
     "tp": "decodelab.parallel.bench",
 }
 # Phases that need one process per GPU (``make bench-gpu-tp`` starts them under torchrun);
@@ -79,7 +79,7 @@ def _has_cuda() -> bool:
 
 def _run_in_process(phase: str, profile: str, out_dir: Path) -> int:
     """0 on success, 2 when the phase refused its input (ConfigError), 1 on any other error."""
-    from decodelab.validate import ConfigError
+    from decodelab.core.validate import ConfigError
 
     try:
         written = run_phase(phase, profile, out_dir)

@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from decodelab import paths
-from decodelab.profiles import PROFILES, default_profile
-from decodelab.validate import ConfigError
+from decodelab.core import paths
+from decodelab.core.profiles import PROFILES, default_profile
+from decodelab.core.validate import ConfigError
 
 REPORT_FILE = "decodelab-report.html"
 
@@ -36,8 +36,9 @@ def _check_profile(value: str | None) -> str:
 def _cmd_env(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from decodelab.device import CalibrationConfig, calibrate, collect_info, has_cuda
-    from decodelab.results import to_frame
+    from decodelab.core.device import collect_info, has_cuda
+    from decodelab.core.results import to_frame
+    from decodelab.env.calibrate import CalibrationConfig, calibrate
 
     profile = _check_profile(args.profile)
     info = to_frame([collect_info()]).T.rename(columns={0: "value"})

@@ -17,16 +17,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from decodelab import paths
-from decodelab.validate import ConfigError
+from decodelab.core import paths
+from decodelab.core.validate import ConfigError
 
 NOTEBOOK_PARAMS: dict[str, str] = {
-    "00_environment": "decodelab.device:EnvironmentParams",
-    "01_dispatch": "decodelab.dispatch:NotebookParams",
-    "02_replay": "decodelab.replay:NotebookParams",
-    "03_persistent": "decodelab.persistent:NotebookParams",
-    "04_runtime": "decodelab.runtime.notebook:NotebookParams",
-    "05_report": "decodelab.layers:NotebookParams",
+    "00_environment": "decodelab.env.notebook:NotebookParams",
+    "01_dispatch": "decodelab.dispatch.notebook:NotebookParams",
+    "02_replay": "decodelab.replay.notebook:NotebookParams",
+    "03_persistent": "decodelab.persistent.notebook:NotebookParams",
+    "04_runtime": "decodelab.engine.notebook:NotebookParams",
+    "05_report": "decodelab.analysis.notebook:NotebookParams",
     "06_multi_gpu": "decodelab.parallel.notebook:NotebookParams",
 }
 CELL_TIMEOUT_S = 900  # seconds; the slowest cell (a GPU-profile sweep) takes a few minutes

@@ -13,9 +13,9 @@ import json
 import re
 from pathlib import Path
 
-from decodelab import paths
-from decodelab.device import collect_info
-from decodelab.results import _atomic_write
+from decodelab.core import paths
+from decodelab.core.device import collect_info
+from decodelab.core.results import _atomic_write
 
 _REMOTE_SCRIPT = re.compile(r"<script[^>]*\bsrc=\"https?://[^\"]*\"[^>]*>\s*</script>", re.I)
 _REMOTE_LINK = re.compile(r"<link[^>]*\bhref=\"https?://[^\"]*\"[^>]*>", re.I)

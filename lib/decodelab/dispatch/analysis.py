@@ -10,11 +10,13 @@ import math
 import numpy as np
 import pandas as pd
 
-from decodelab.dispatch.bench import SWEEP_AXES
+from decodelab.core.seed import quoted
+
+SWEEP_AXES = ("hidden", "layers", "batch")  # the axes the dispatch sweep varies, one at a time
 
 # The layered study's phase-1 result on one SM75 GPU: CUDA graphs cut host CPU time per
 # decode step by about 15x (seed document 004, "phase1_dispatch").
-SEED_CPU_REDUCTION = 15.0
+SEED_CPU_REDUCTION = quoted("graph_cpu_reduction")
 
 
 def sweep_base(frame: pd.DataFrame) -> dict[str, int]:

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import torch
 
-from decodelab import toy
+from decodelab.core.profiles import PROFILES
+from decodelab.core.validate import ConfigError, check_choice
+from decodelab.dispatch.analysis import SWEEP_AXES
 from decodelab.dispatch.check import CheckResult, check_against_eager
 from decodelab.dispatch.measure import ProfileCounts, StepTiming, profile_counts, time_steps
 from decodelab.dispatch.modes import Stepper, make_step
-from decodelab.profiles import PROFILES
-from decodelab.validate import ConfigError, check_choice
+from decodelab.toy import step as toy
 
 TABLE = "dispatch"
-SWEEP_AXES = ("hidden", "layers", "batch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +187,7 @@ def bench(profile: str, out_dir: Path) -> list[Path]:
 
     Raises after writing when any point failed validation or measurement.
     """
-    from decodelab.results import write_table
+    from decodelab.core.results import write_table
 
     plan = plan_for(profile)
     with torch.no_grad():

@@ -2,7 +2,7 @@
 
 A mode passes when, over ``n_steps`` chained steps from x0 and again after re-seeding the state
 with a different x1 (which proves no value was frozen at capture or compile time), its tokens
-equal the eager tokens exactly and its states stay within :func:`decodelab.toy.state_tolerance`.
+equal the eager tokens exactly and its states stay within :func:`decodelab.toy.step.state_tolerance`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from decodelab import toy
+from decodelab.core.validate import check_int
 from decodelab.dispatch.modes import Stepper
-from decodelab.validate import check_int
+from decodelab.toy import step as toy
 
 
 class ModeMismatchError(AssertionError):

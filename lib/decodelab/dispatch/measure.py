@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
+from decodelab.core.timing import TimingConfig, auto_inner, cuda_sync, time_host
 from decodelab.dispatch.modes import Stepper
-from decodelab.timing import TimingConfig, auto_inner, cuda_sync, time_host
 
 LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch")
 COPY_PREFIXES = ("Memcpy", "Memset")

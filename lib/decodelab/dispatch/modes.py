@@ -4,9 +4,9 @@ Each mode returns a :class:`Stepper`: calling it advances the state by one toy s
 and ``token()`` read the current state (B, H) and the last greedy token (B,), ``reset(x)`` loads
 a new state. What each mode includes per step:
 
-- ``eager``: :func:`decodelab.toy.step` as plain PyTorch ops, one kernel launch per op.
+- ``eager``: :func:`decodelab.toy.step.step` as plain PyTorch ops, one kernel launch per op.
 - ``cuda_graph``: one step captured in a CUDA graph over static buffers
-  (:class:`decodelab.graphs.CapturedSteps` with k_steps=1); a step is one ``replay()``.
+  (:class:`decodelab.toy.graphs.CapturedSteps` with k_steps=1); a step is one ``replay()``.
 - ``compile``: ``torch.compile`` default mode (Inductor fusion, no graphs); the state is fed
   from one call's output to the next call's input.
 - ``compile_graphs``: ``torch.compile(mode="reduce-overhead")`` (fusion plus CUDA graphs via
@@ -25,9 +25,9 @@ from typing import Protocol
 
 import torch
 
-from decodelab import toy
-from decodelab.graphs import CapturedSteps
-from decodelab.validate import ConfigError, check_choice
+from decodelab.core.validate import ConfigError, check_choice
+from decodelab.toy import step as toy
+from decodelab.toy.graphs import CapturedSteps
 
 MODES = ("eager", "cuda_graph", "compile", "compile_graphs")
 GRAPH_MODES = ("cuda_graph", "compile_graphs")  # modes that need a CUDA device

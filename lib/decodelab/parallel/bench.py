@@ -34,7 +34,16 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from decodelab.device import has_cuda
+from decodelab.core.device import has_cuda
+from decodelab.core.profiles import PROFILES
+from decodelab.core.results import write_table
+from decodelab.core.timing import TimingConfig, median_times
+from decodelab.core.validate import check_choice
+from decodelab.model.check import prompts, rel_err
+from decodelab.model.config import named_config
+from decodelab.model.graphs import DecodeGraphs
+from decodelab.model.weights import random_weights
+from decodelab.model.workload import copy_bandwidth_gb_s, decode_inputs
 from decodelab.parallel import collectives as coll
 from decodelab.parallel.check import (
     TP_BF16_RTOL,
@@ -46,15 +55,6 @@ from decodelab.parallel.check import (
 from decodelab.parallel.group import NO_MULTICAST_ENV, TPGroup, init_world, shutdown, sub_group
 from decodelab.parallel.profile import gather_rows, profile_step
 from decodelab.parallel.shard import check_tp
-from decodelab.profiles import PROFILES
-from decodelab.results import write_table
-from decodelab.runtime.bench_checks import prompts, rel_err
-from decodelab.runtime.bench_model import copy_bandwidth_gb_s, decode_inputs
-from decodelab.runtime.config import named_config
-from decodelab.runtime.graphs import DecodeGraphs
-from decodelab.runtime.weights import random_weights
-from decodelab.timing import TimingConfig, median_times
-from decodelab.validate import check_choice
 
 SWEEP_BYTES = tuple(1 << k for k in range(10, 29))  # 1 KiB .. 256 MiB
 

@@ -20,14 +20,14 @@ from typing import Any
 
 import torch
 
+from decodelab.model.check import HF_BF16_RTOL
+from decodelab.model.config import ModelConfig
+from decodelab.model.kv_cache import PagedKVCache
+from decodelab.model.llama import greedy_generate
+from decodelab.model.weights import Weights
 from decodelab.parallel.group import TPGroup, disable_multicast, init_world, shutdown
 from decodelab.parallel.model import TensorParallelLlama
 from decodelab.parallel.shard import local_config, shard_weights
-from decodelab.runtime.bench_checks import HF_BF16_RTOL
-from decodelab.runtime.cache import PagedKVCache
-from decodelab.runtime.config import ModelConfig
-from decodelab.runtime.model import greedy_generate
-from decodelab.runtime.weights import Weights
 
 TP_BF16_RTOL = HF_BF16_RTOL
 TP_FP32_RTOL = 1e-5

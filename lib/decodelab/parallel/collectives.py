@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from decodelab.graphs import capture, warm_up
+from decodelab.core.capture import capture, warm_up
+from decodelab.core.timing import TimingConfig, median_times
+from decodelab.core.validate import ConfigError
 from decodelab.parallel.group import TPGroup
-from decodelab.timing import TimingConfig, median_times
-from decodelab.validate import ConfigError
 
 
 def bus_bandwidth_gb_s(nbytes: int, seconds: float, ranks: int) -> float:

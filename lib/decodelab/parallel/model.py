@@ -19,13 +19,13 @@ import copy
 import torch
 import torch.nn.functional as F
 
+from decodelab.core.validate import ConfigError
+from decodelab.model.config import ModelConfig
+from decodelab.model.kv_cache import PagedKVCache
+from decodelab.model.llama import PagedLlama
+from decodelab.model.weights import Weights
 from decodelab.parallel.group import TPGroup
 from decodelab.parallel.shard import local_config, vocab_range
-from decodelab.runtime.cache import PagedKVCache
-from decodelab.runtime.config import ModelConfig
-from decodelab.runtime.model import PagedLlama
-from decodelab.runtime.weights import Weights
-from decodelab.validate import ConfigError
 
 
 class TensorParallelLlama(PagedLlama):

@@ -8,17 +8,27 @@ timings say what gloo costs, not what NVLink does).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pandas as pd
 
-# The same parameters as notebook 04's: profile, interactive, run_bench.
-from decodelab.runtime.notebook import NotebookParams
+from decodelab.core.params import NotebookParams as BaseParams
 
 __all__ = ["NotebookParams", "collectives_prose", "crossover_prose", "load_tables", "local_plan",
            "profile_prose", "run_local_bench"]
 
 TABLES = ("tp", "tp_collectives", "tp_profile")
+
+
+@dataclass(frozen=True, slots=True)
+class NotebookParams(BaseParams):
+    """Parameters of notebook 06_multi_gpu (``profile`` and ``interactive`` come from the base)."""
+
+    NOTEBOOK: ClassVar[str] = "06_multi_gpu"
+
+    run_bench: bool = True  # run the two-rank bench on this machine (else stored results only)
 
 
 def local_plan(profile: str) -> tuple[str, str]:
@@ -39,7 +49,7 @@ def _bench_on_rank(world, profile: str, out_dir: str) -> list[Path]:
 
 
 def run_local_bench(params: NotebookParams, ranks: int = 2) -> list[Path]:
-    from decodelab import paths
+    from decodelab.core import paths
     from decodelab.parallel.check import run_on_ranks
 
     if not params.run_bench:
@@ -51,7 +61,7 @@ def run_local_bench(params: NotebookParams, ranks: int = 2) -> list[Path]:
 
 def load_tables() -> dict[str, pd.DataFrame]:
     """Every stored copy (shipped reference and this machine) of the tensor-parallel tables."""
-    from decodelab.results import has_table, load_table
+    from decodelab.core.results import has_table, load_table
 
     return {name: load_table(name) for name in TABLES if has_table(name)}
 

@@ -19,9 +19,9 @@ from dataclasses import replace
 
 import torch
 
-from decodelab.runtime.config import ModelConfig
-from decodelab.runtime.weights import LayerWeights, Weights
-from decodelab.validate import ConfigError, check_int
+from decodelab.core.validate import ConfigError, check_int
+from decodelab.model.config import ModelConfig
+from decodelab.model.weights import LayerWeights, Weights
 
 
 def check_tp(config: ModelConfig, tp: int) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import matplotlib
 
-from decodelab import paths
+from decodelab.core import paths
 
 
 def use_style() -> None:

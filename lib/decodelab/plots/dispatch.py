@@ -6,8 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from decodelab.dispatch.analysis import along_axis
-from decodelab.dispatch.bench import SWEEP_AXES
+from decodelab.dispatch.analysis import SWEEP_AXES, along_axis
 from decodelab.dispatch.modes import MODES
 from decodelab.plots import origin_label
 

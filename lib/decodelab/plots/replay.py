@@ -129,12 +129,12 @@ def tradeoff_figure(model: pd.DataFrame, simulated: pd.DataFrame | None = None, 
 def explorer(model, k_values, p_stop: float, *, interactive: bool):
     """Choose K and the stop probability; show the model's trade-off at that point.
 
-    ``model`` is a :class:`decodelab.replay_tradeoff.ChunkModel`. Without ``interactive`` (or
+    ``model`` is a :class:`decodelab.replay.tradeoff.ChunkModel`. Without ``interactive`` (or
     without ipywidgets) it shows the static figure at the best K for ``p_stop``.
     """
     from IPython.display import Markdown, display
 
-    from decodelab.replay_tradeoff import best_k, tradeoff
+    from decodelab.replay.tradeoff import best_k, tradeoff
 
     def show(k: int, p: float):
         frame = tradeoff(model, list(k_values), p)

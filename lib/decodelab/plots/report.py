@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import NullFormatter
 
-from decodelab.layers import LAYERS, fmt_us
+from decodelab.analysis.layers import LAYERS, fmt_us
 
 # One colour per layer, the same in every figure of the report.
 LAYER_COLORS = dict(zip(LAYERS, ("#d55e00", "#0072b2", "#56b4e9", "#cc79a7", "#009e73"),

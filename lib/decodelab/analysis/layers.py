@@ -1,0 +1,162 @@
+"""The layered model, computed from result tables: where one decode step's time goes, per regime.
+
+    T_step = T_dispatch + T_replay + T_node + T_orchestration + T_compute
+
+- dispatch: the host issuing kernels one at a time while the GPU waits (eager only);
+- replay: the fixed cost of launching a captured graph (host call + device-side graph start);
+- node: kernel boundaries inside a graph or barriers inside a persistent kernel;
+- orchestration: what a serving loop adds around the forward pass (schedule, prepare, sample,
+  update, emit), as exposed on the step's wall clock;
+- compute: GPU-busy time of the step's kernels (the arithmetic and memory traffic itself).
+
+Each regime's terms come from named rows of the phase tables (:mod:`decodelab.analysis.regimes` defines
+every derivation); each term keeps its source (table and row selector), how it was derived and an
+uncertainty band (interquartile range of the measurement, or the fit's confidence interval). The
+dominant layer of a regime is the argmax of its terms: computed, never typed. A regime whose
+table, column or row is missing becomes a note ("no data yet for ..."), not an error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from decodelab.core.validate import check_choice, check_int
+from decodelab.toy.step import NAMED_CONFIGS
+
+LAYERS = ("dispatch", "replay", "node", "orchestration", "compute")
+REGIMES = ("eager", "graph", "multi-step graph", "persistent kernel", "runtime loop",
+           "transformer decode, eager", "transformer decode")
+HEADLINE_REFERENCE = "h200"  # the shipped reference the README's figure is computed from
+TABLES = ("dispatch", "replay_nodes", "replay_multistep", "persistent", "paged_model",
+          "paged_model_kernels", "runtime")
+
+
+class MissingData(LookupError):
+    """A table, column or row that a regime needs is not (yet) in the results."""
+
+
+@dataclass(frozen=True, slots=True)
+class Headline:
+    """Which measured configuration each regime is read at.
+
+    The toy regimes (eager, graph, multi-step, persistent) use one named toy config: ultra-light
+    by default, the seed study's own headline regime, measured by phases 1-3 alike. The model
+    regimes use Llama-3.2-1B shapes: the bare transformer decode at batch 1 and ``context`` (the
+    latency case), the runtime loop at batch 32 (the serving case phase 4b targets, at the
+    context of its steady-decode run).
+    """
+
+    toy_config: str = "ultra-light"
+    model_batch: int = 1
+    runtime_batch: int = 32
+    context: int = 512
+
+    def __post_init__(self) -> None:
+        check_choice("Headline", "toy_config", self.toy_config, tuple(NAMED_CONFIGS))
+        check_int("Headline", "model_batch", self.model_batch, 1, 4096)
+        check_int("Headline", "runtime_batch", self.runtime_batch, 1, 4096)
+        check_int("Headline", "context", self.context, 1, 1 << 20)
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """One layer's time per step (µs) in one regime, with where it came from."""
+
+    layer: str
+    us: float
+    low: float  # uncertainty band (NaN when the source gives none)
+    high: float
+    source: str  # table[selector]
+    how: str  # the derivation, in words
+
+
+@dataclass(frozen=True, slots=True)
+class Regime:
+    """One regime's measured step time and its terms (the terms sum to ``step_us``)."""
+
+    name: str
+    step_us: float
+    step_low: float
+    step_high: float
+    source: str
+    terms: tuple[Term, ...]
+    config: str = ""  # what was measured, for labels: "ultra-light, K=256", "B=32"
+
+    @property
+    def dominant(self) -> Term:
+        """The largest term (the first listed wins a tie)."""
+        return max(self.terms, key=lambda t: t.us)
+
+
+class Tables:
+    """The phase tables of one origin (e.g. ``reference/h200``); absent tables are remembered."""
+
+    def __init__(self, frames: Mapping[str, pd.DataFrame], origin: str | None = None,
+                 problems: Mapping[str, str] | None = None):
+        self.frames = {k: v for k, v in frames.items() if v is not None and not v.empty}
+        self.origin = origin
+        self.problems = dict(problems or {})
+
+    def frame(self, table: str, columns: Iterable[str] = ()) -> pd.DataFrame:
+        """Table ``table`` restricted to this origin; MissingData names what is absent."""
+        if table not in self.frames:
+            why = self.problems.get(table, "not written yet")
+            raise MissingData(f"no data yet for table `{table}` ({why})")
+        frame = self.frames[table]
+        if self.origin is not None and "origin" in frame.columns:
+            frame = frame[frame["origin"] == self.origin]
+            if frame.empty:
+                raise MissingData(f"no data yet for table `{table}` from {self.origin}")
+        lacking = [c for c in columns if c not in frame.columns]
+        if lacking:
+            raise MissingData(f"table `{table}` lacks column(s) {', '.join(map(repr, lacking))} "
+                              f"(it has: {', '.join(frame.columns)})")
+        return frame
+
+    def rows(self, table: str, where: Mapping[str, object], columns: Sequence[str] = ()
+             ) -> tuple[pd.DataFrame, str]:
+        """Rows matching ``where`` (column == value) and a selector string naming them."""
+        frame = self.frame(table, [*where, *columns])
+        for col, value in where.items():
+            frame = frame[frame[col] == value]
+        selector = selector_of(table, self.origin, where)
+        if frame.empty:
+            raise MissingData(f"no rows in {selector}")
+        return frame, selector
+
+    def one(self, table: str, where: Mapping[str, object], columns: Sequence[str] = ()
+            ) -> tuple[pd.Series, str]:
+        """The first row matching ``where`` (tables hold one row per measured point)."""
+        frame, selector = self.rows(table, where, columns)
+        return frame.iloc[0], selector
+
+
+def fmt_us(us: float) -> str:
+    """µs for tables and prose: three significant digits, no exponent."""
+    if not math.isfinite(us):
+        return "n/a"
+    return f"{us:,.0f}" if abs(us) >= 100 else f"{us:.3g}"
+
+
+def selector_of(table: str, origin: str | None, where: Mapping[str, object]) -> str:
+    parts = ([f"origin={origin}"] if origin else []) + [f"{k}={v}" for k, v in where.items()]
+    return f"{table}[{', '.join(parts)}]"
+
+
+def load_tables(origin: str | None = "reference/h200", names: Sequence[str] = TABLES) -> Tables:
+    """Every phase table that exists (merged reference + local, then filtered to ``origin``)."""
+    from decodelab.core.results import SchemaMismatchError, load_table
+
+    frames, problems = {}, {}
+    for name in names:
+        try:  # only this origin's files: a local run of another schema must not hide them
+            frames[name] = load_table(name, origins=[origin] if origin else None)
+        except FileNotFoundError:
+            continue
+        except (SchemaMismatchError, ValueError, OSError) as exc:  # unreadable: say so
+            problems[name] = f"unreadable: {exc}"
+    return Tables(frames, origin, problems)

@@ -1,0 +1,225 @@
+"""The inputs of one decode step: static device buffers filled from pinned host mirrors.
+
+Everything that changes per step (which slot a row reads its last token from, its position,
+the cache slot it writes, its block table, its context length, its sampling parameters and
+its uniform) is written on the host into a pinned buffer and copied to the device with one
+asynchronous copy per buffer; nothing is allocated on the device in the loop. Two pinned
+mirrors alternate: the engine waits for step t-1's outputs before it fills step t+1's inputs,
+so the copy that last read a mirror has finished before the host writes it again.
+
+Padding rows (up to the graph bucket) read and write the spare slot ``num_slots``, write
+cache slot -1 (nothing) and attend to one position of the scratch block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from decodelab.engine.requests import Sequence
+from decodelab.engine.sampler import (
+    NO_TOP_K,
+    RowParams,
+    SamplerMode,
+    device_top_k,
+    inv_temperature,
+    key_uniforms,
+    mode_of,
+    row_uniforms,
+    seed_keys,
+)
+
+U_WINDOW = 64  # uniforms precomputed per slot
+INT_FIELDS = ("slot", "position", "slot_mapping", "context_len", "top_k")
+FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition", "presence", "frequency",
+                "inv_temperature", "uniform")
+
+
+@dataclass(frozen=True, slots=True)
+class StepInputs:
+    """Device views (B = bucket rows) handed to the model and the sampler."""
+
+    input_ids: torch.Tensor  # (B,) int64
+    positions: torch.Tensor  # (B,) int64
+    slot_mapping: torch.Tensor  # (B,) int64, -1 = padding
+    block_tables: torch.Tensor  # (B, max_blocks) int32
+    context_lens: torch.Tensor  # (B,) int64 (int32 view in context_lens32)
+    context_lens32: torch.Tensor
+    params: RowParams
+
+
+def prefill_params(rows: list[Sequence], device: torch.device) -> RowParams:
+    """Sampling inputs of a prefill batch (admission steps only, so fresh tensors are fine)."""
+    f = np.array([(s.params.temperature, s.params.top_p, s.params.min_p,
+                   s.params.repetition_penalty, s.params.presence_penalty,
+                   s.params.frequency_penalty) for s in rows], dtype=np.float32).T
+    u = row_uniforms(np.array([s.seed for s in rows]), np.array([s.launched for s in rows]))
+    ints = torch.tensor([[device_top_k(s.params.top_k) for s in rows], [s.slot for s in rows]],
+                        device=device)
+    ft = torch.from_numpy(np.concatenate([f, inv_temperature(f[0])[None], u[None, :]])).to(device)
+    return RowParams(temperature=ft[0], top_k=ints[0], top_p=ft[1], min_p=ft[2],
+                     repetition=ft[3], presence=ft[4], frequency=ft[5], uniform=ft[7],
+                     slot=ints[1], inv_temperature=ft[6])
+
+
+class StaticBatch:
+    """Preallocated step inputs for up to ``max_rows`` rows (the largest bucket).
+
+    Per-slot host tables hold what changes only at admission (sampling parameters, seed) or
+    when a block is added (the block table), so preparing a step is a few vectorised gathers.
+    """
+
+    def __init__(self, max_rows: int, max_blocks: int, num_slots: int, block_size: int,
+                 scratch_block: int, device: torch.device) -> None:
+        self.max_rows, self.max_blocks, self.block_size = max_rows, max_blocks, block_size
+        self.spare_slot, self.scratch_block = num_slots, scratch_block
+        self.device = device
+        pin = device.type == "cuda"
+        # One byte buffer holds the int, float and block-table fields (typed views of it), so a
+        # step's inputs travel in ONE pinned -> device copy; two host mirrors alternate.
+        n_i, n_f = len(INT_FIELDS) * max_rows * 8, len(FLOAT_FIELDS) * max_rows * 4
+        self._layout = (n_i, n_f, max_rows * max_blocks * 4)
+        nbytes = sum(self._layout)
+        self.host = [torch.zeros(nbytes, dtype=torch.uint8, pin_memory=pin) for _ in range(2)]
+        self.dev = torch.zeros(nbytes, dtype=torch.uint8, device=device)
+        self.host_i, self.host_f, self.host_bt = zip(*(self._typed(h) for h in self.host),
+                                                     strict=True)
+        self.dev_i, self.dev_f, self.dev_bt = self._typed(self.dev)
+        self.dev_ids = torch.zeros(max_rows, dtype=torch.int64, device=device)
+        self.dev_ctx32 = torch.zeros(max_rows, dtype=torch.int32, device=device)
+        # last sampled token per slot (+ the spare slot of padding rows)
+        self.last_token = torch.zeros(num_slots + 1, dtype=torch.int64, device=device)
+        # per-slot host tables; the spare slot holds the padding row's values
+        n = num_slots + 1
+        self.slot_f = np.zeros((n, 7), dtype=np.float32)  # temperature .. inv_temperature
+        self.slot_f[self.spare_slot] = (0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0)
+        self.slot_topk = np.zeros(n, dtype=np.int64)  # 0 = off (for choose_mode)
+        self.slot_keff = np.full(n, NO_TOP_K, dtype=np.int64)  # what the device reads
+        self.slot_key = np.zeros(n, dtype=np.uint64)  # seed_keys of the slot's request seed
+        self.slot_pen = np.zeros(n, dtype=bool)
+        self.slot_bt = np.full((n, max_blocks), scratch_block, dtype=np.int32)
+        self.slot_prompt = np.zeros(n, dtype=np.int64)  # prompt length (position of token 0)
+        # each slot's next U_WINDOW uniforms (counters base .. base + U_WINDOW - 1), computed
+        # in one vectorised hash when a row leaves its window: per step, one gather
+        self.slot_u = np.zeros((n, U_WINDOW), dtype=np.float32)
+        self.slot_ubase = np.full(n, -2 * U_WINDOW, dtype=np.int64)  # stale: no window yet
+        self._flip = 0
+        self._arange = np.arange(max_rows)
+        self._views_of: dict[int, StepInputs] = {}  # bucket -> the static views (fixed)
+        self._modes: dict[tuple[bytes, int, int], SamplerMode] = {}  # reset at each assign
+
+    def _typed(self, buf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(ints (5, R) int64, floats (7, R) float32, block tables (R, M) int32) views."""
+        n_i, n_f, _ = self._layout
+        return (buf[:n_i].view(torch.int64).view(len(INT_FIELDS), self.max_rows),
+                buf[n_i:n_i + n_f].view(torch.float32).view(len(FLOAT_FIELDS), self.max_rows),
+                buf[n_i + n_f:].view(torch.int32).view(self.max_rows, self.max_blocks))
+
+    def assign(self, seq: Sequence) -> None:
+        """Record an admitted sequence's parameters and blocks in its slot's host tables."""
+        p, k = seq.params, seq.slot
+        self.slot_f[k, :6] = (p.temperature, p.top_p, p.min_p, p.repetition_penalty,
+                              p.presence_penalty, p.frequency_penalty)
+        self.slot_f[k, 6] = inv_temperature(self.slot_f[k:k + 1, 0])[0]
+        self.slot_topk[k], self.slot_keff[k] = p.top_k, device_top_k(p.top_k)
+        self.slot_key[k], self.slot_pen[k] = seed_keys(np.array([seq.seed]))[0], p.uses_penalties
+        self.slot_prompt[k] = seq.num_prompt
+        self.slot_ubase[k] = -2 * U_WINDOW  # another seed: the old window is stale
+        self._modes.clear()
+        self.slot_bt[k] = self.scratch_block
+        self.set_blocks(seq, 0)
+
+    def set_blocks(self, seq: Sequence, first: int) -> None:
+        """Copy ``seq.blocks[first:]`` (new blocks) into its slot's block table."""
+        self.slot_bt[seq.slot, first:len(seq.blocks)] = seq.blocks[first:]
+
+    def mode(self, slots: np.ndarray, vocab: int, max_partial: int) -> SamplerMode:
+        """``choose_mode`` of the rows in these slots, vectorised over the slot tables and
+        remembered per set of slots until the next admission changes a slot's parameters."""
+        key = (slots.tobytes(), vocab, max_partial)
+        mode = self._modes.get(key)
+        if mode is None:
+            mode = self._modes[key] = self._mode(slots, vocab, max_partial)
+        return mode
+
+    def _mode(self, slots: np.ndarray, vocab: int, max_partial: int) -> SamplerMode:
+        sampling = self.slot_f[slots, 0] != 0
+        ks = self.slot_topk[slots][sampling]
+        return mode_of(ks.size == 0, bool(self.slot_pen[slots].any()),
+                       int(ks.min()) if ks.size else 0, int(ks.max()) if ks.size else 0,
+                       vocab, max_partial, any_greedy=not sampling.all())
+
+    def prepare(self, rows: list[Sequence], bucket: int, *, static: bool = True
+                ) -> tuple[StepInputs, np.ndarray]:
+        """Fill the next mirror for ``rows`` (padded to ``bucket``) and start its copy.
+        Returns the device views and the rows' slots (host, (bucket,))."""
+        k = self._flip
+        self._flip ^= 1
+        hi, hf, hbt = (t.numpy() for t in (self.host_i[k], self.host_f[k], self.host_bt[k]))
+        n, bs = len(rows), self.block_size
+        slots = np.full(bucket, self.spare_slot, dtype=np.int64)
+        slots[:n] = [s.slot for s in rows]
+        launched = np.zeros(bucket, dtype=np.int64)
+        launched[:n] = [s.launched for s in rows]
+        # input: the last launched token, at position prompt + launched - 1 (padding: 0)
+        pos = self.slot_prompt[slots] + launched - 1
+        pos[n:] = 0
+        bt = self.slot_bt[slots]  # (bucket, max_blocks)
+        mapping = bt[self._arange[:bucket], pos // bs].astype(np.int64) * bs + pos % bs
+        mapping[n:] = -1  # padding rows write nothing
+        hi[0, :bucket], hi[1, :bucket], hi[2, :bucket] = slots, pos, mapping
+        hi[3, :bucket], hi[4, :bucket] = pos + 1, self.slot_keff[slots]
+        hf[:7, :bucket] = self.slot_f[slots].T
+        hf[7, :bucket] = self._uniforms(slots, launched)
+        hbt[:bucket] = bt
+        if not static:  # the naive way: fresh device tensors every step
+            dev_i = torch.tensor(hi[:, :bucket], device=self.device)
+            dev_f = torch.tensor(hf[:, :bucket], device=self.device)
+            dev_bt = torch.tensor(hbt[:bucket], device=self.device)
+            return self._views(dev_i, dev_f, dev_bt, self.last_token[dev_i[0]],
+                               dev_i[3].to(torch.int32), bucket), slots
+        # The whole mirror: one contiguous pinned -> device copy (a strided slice would be
+        # staged through pageable memory and copied synchronously).
+        self.dev.copy_(self.host[k], non_blocking=True)
+        return self.static_views(bucket), slots
+
+    def _uniforms(self, slots: np.ndarray, launched: np.ndarray) -> np.ndarray:
+        """``key_uniforms(slot_key[slots], launched)``, read from the slots' windows."""
+        off = launched - self.slot_ubase[slots]
+        stale = (off < 0) | (off >= U_WINDOW)
+        if stale.any():
+            rows = np.flatnonzero(stale)
+            s, base = slots[rows], launched[rows]  # repeated slots (padding) agree
+            self.slot_ubase[s] = base
+            self.slot_u[s] = key_uniforms(self.slot_key[s][:, None],
+                                          base[:, None] + np.arange(U_WINDOW))
+            off[rows] = 0
+        return self.slot_u[slots, off]
+
+    def static_views(self, bucket: int) -> StepInputs:
+        """Views of the static device buffers for ``bucket`` rows (the same tensors every
+        step: a CUDA graph captured over them reads each step's values). ``input_ids`` and
+        ``context_lens32`` are filled by :meth:`stage`."""
+        inp = self._views_of.get(bucket)
+        if inp is None:
+            inp = self._views_of[bucket] = self._views(
+                self.dev_i, self.dev_f, self.dev_bt, self.dev_ids[:bucket],
+                self.dev_ctx32[:bucket], bucket)
+        return inp
+
+    def stage(self, bucket: int, ids: torch.Tensor, ctx32: torch.Tensor) -> None:
+        """Device side of preparing: each row's input token (the last token of its slot) into
+        ``ids`` and its context length as int32 into ``ctx32`` ((bucket,) each)."""
+        torch.index_select(self.last_token, 0, self.dev_i[0, :bucket], out=ids)
+        ctx32.copy_(self.dev_i[3, :bucket])
+
+    @staticmethod
+    def _views(dev_i, dev_f, dev_bt, ids, ctx32, b: int) -> StepInputs:
+        params = RowParams(temperature=dev_f[0, :b], top_k=dev_i[4, :b], top_p=dev_f[1, :b],
+                           min_p=dev_f[2, :b], repetition=dev_f[3, :b], presence=dev_f[4, :b],
+                           frequency=dev_f[5, :b], uniform=dev_f[7, :b], slot=dev_i[0, :b],
+                           inv_temperature=dev_f[6, :b])
+        return StepInputs(ids, dev_i[1, :b], dev_i[2, :b], dev_bt[:b], dev_i[3, :b], ctx32,
+                          params)

@@ -1,0 +1,198 @@
+"""``python -m decodelab bench runtime``: what the engine loop costs on top of the forward pass.
+
+Tables:
+- ``runtime``: steady decode (every row decoding, mixed top-k/top-p rows) at the bench batch,
+  one row per variant: ``bare_forward`` (the phase-4a step alone: ``DecodeGraphs.run`` on a GPU,
+  eager ``decode`` on a CPU, at the engine run's mean context), ``engine`` (everything on), and
+  the engine with one technique switched off: ``no_graphs``, ``no_async_output``,
+  ``no_static_inputs``. Wall per step (one sync per chunk of steps), host time per step from
+  the engine's own breakdown, the ratio to ``bare_forward``, the sampler's device time alone
+  and its share of the step (``sampler_share``), the host time of the sample phase inside the
+  loop over the step (``sample_phase_share``: on a CPU, where the sampler's work is host work
+  and runs with cold caches after the forward, this is the share that counts), kernels and
+  launches per step (profiler; NaN where unavailable).
+- ``runtime_steps``: the per-step breakdown (µs per phase) of the ``engine`` run and of a run
+  with ``sync_phases`` (each phase then includes its device time).
+- ``runtime_sampler``: the engine's sample step alone on the bench logits (the sampler with
+  its last-token scatter and packed output): partial selection (two-stage over chunks of the
+  vocabulary where that applies), ``partial_topk_direct`` (one ``topk`` over the whole
+  vocabulary), the full sort, all-greedy, and with penalties, on the same mixed rows.
+  ``device_us``: its kernels back to back (captured in a CUDA graph, replayed, as the engine
+  runs it); ``issued_us``: CUDA-event time when issued op by op (the host's launch rate can
+  stretch it); ``host_us``: host time to issue it eagerly.
+- ``runtime_batch``: engine vs bare forward step at several batch sizes (host overhead).
+- ``runtime_requests``: a Poisson-arrival workload: per-request status, reason, TTFT, TPOT,
+  tokens; the workload's throughput is in every row. Every tenth request fails in one way
+  (its callback raises, it is aborted, its logits turn non-finite) and two malformed ones
+  are rejected at admission.
+- ``runtime_errors``: that workload's outcomes and errors by class (counts).
+
+Validated before timing: the engine's greedy tokens with graphs equal those of the eager
+engine on a full bucket; on a GPU, the engine's captured sampler equals its eager body token
+for token (and in its table updates) at every decode step of a mixed run; partial selection
+(both ways) samples the same tokens as the full sort.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from decodelab.core.device import has_cuda
+from decodelab.core.profiles import PROFILES
+from decodelab.core.results import write_table
+from decodelab.core.validate import check_choice
+from decodelab.engine import runs
+from decodelab.engine.config import EngineConfig
+from decodelab.model.config import named_config
+from decodelab.model.kv_cache import PagedKVCache
+from decodelab.model.llama import PagedLlama
+from decodelab.model.weights import random_weights
+from decodelab.model.workload import on_bench_device
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeBenchConfig:
+    profile: str
+    model: str
+    dtype: str
+    batch: int  # steady-decode batch of the main comparison
+    batches: tuple[int, ...]  # host overhead vs batch
+    prompt_len: int
+    warmup_steps: int
+    chunk_steps: int  # steps between two synchronisations when timing
+    chunks: int
+    workload_requests: int
+    workload_rate: float  # Poisson arrivals per second
+    workload_prompt: tuple[int, int]
+    workload_output: tuple[int, int]
+    block_size: int = 16
+
+    def __post_init__(self) -> None:
+        check_choice("RuntimeBenchConfig", "profile", self.profile, PROFILES)
+
+    @classmethod
+    def for_profile(cls, profile: str) -> RuntimeBenchConfig:
+        if profile == "gpu" and has_cuda():
+            return cls(profile, "llama-3.2-1b", "bfloat16", 32, (1, 8, 32), 512, 20, 40, 5,
+                       160, 80.0, (64, 512), (32, 192))
+        if profile == "smoke":
+            return cls(profile, "tiny", "float32", 4, (1, 4), 16, 2, 4, 2, 8, 200.0, (4, 16),
+                       (2, 8), block_size=8)
+        return cls(profile, "tiny", "float32", 8, (1, 4, 8), 64, 5, 20, 3, 48, 100.0, (8, 64),
+                   (8, 32), block_size=8)
+
+    @property
+    def steady_steps(self) -> int:
+        return self.warmup_steps + self.chunk_steps * self.chunks
+
+    @property
+    def max_model_len(self) -> int:
+        return max(self.prompt_len + self.steady_steps + 48,
+                   self.workload_prompt[1] + self.workload_output[1] + 8)
+
+
+def _setup(cfg: RuntimeBenchConfig, dev: torch.device):
+    mcfg = named_config(cfg.model)
+    dtype = getattr(torch, cfg.dtype)
+    weights = random_weights(mcfg, 0, dtype=dtype, device=dev)
+    per_seq = -(-cfg.max_model_len // cfg.block_size)
+    cache = PagedKVCache(mcfg, max(cfg.batches) * per_seq + 16, cfg.block_size, dtype=dtype,
+                         device=dev)
+    model = PagedLlama(mcfg, weights, cache)
+    graphs = None
+    if dev.type == "cuda":
+        from decodelab.model.graphs import DecodeGraphs
+
+        buckets = sorted({1, 2, 4, 8, 16, 24, 32, *cfg.batches})
+        graphs = DecodeGraphs(model, buckets=[b for b in buckets if b <= max(cfg.batches)],
+                              max_blocks_per_seq=per_seq)
+    return model, graphs
+
+
+def bench(profile: str, out_dir: Path) -> list[Path]:
+    cfg = RuntimeBenchConfig.for_profile(profile)
+    return on_bench_device(cfg.profile, lambda dev: _bench(cfg, dev, out_dir))
+
+
+def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Path]:
+    profile = cfg.profile
+    t_start = time.perf_counter()
+    model, graphs = _setup(cfg, dev)
+    base = EngineConfig(max_num_seqs=max(cfg.batches), max_model_len=cfg.max_model_len,
+                        use_graphs=graphs is not None)
+    agreement = runs.validate_engine(model, graphs, base)  # raises on a disagreement
+    if graphs is not None:
+        n = runs.validate_step_graphs(model, graphs, base, cfg.batch)  # raises likewise
+        print(f"[bench] runtime: captured sampler equals the eager sampler on {n} steps",
+              flush=True)
+    logits = runs.bench_logits(model, cfg.batch)
+    sampler_rows = runs.sampler_rows(logits, dev)  # validates partial vs full sort first
+    # kernels back to back (captured); the eager-issued time if capture was not possible.
+    # With graphs the engine captures the faster of two-stage and direct selection (it times
+    # both at its first step of each bucket), so its sampler is the faster of the two rows.
+    mixed_sampler_s = min(
+        (r["device_us"] if r["device_us"] == r["device_us"] else r["issued_us"]) * 1e-6
+        for r in sampler_rows if r["variant"] in (("partial_topk", "partial_topk_direct")
+                                                  if graphs is not None else ("partial_topk",)))
+
+    variants = {"engine": base, "no_async_output": replace(base, async_output=False),
+                "no_static_inputs": replace(base, static_inputs=False)}
+    if graphs is not None:
+        variants["no_graphs"] = replace(base, use_graphs=False)
+    context = cfg.prompt_len + cfg.warmup_steps + cfg.chunk_steps * cfg.chunks // 2
+    bare = runs.time_bare_forward(model, graphs, cfg.batch, context, cfg)
+    rows = [runs.runtime_row("bare_forward", cfg.batch, bare, bare, mixed_sampler_s)]
+    step_rows = []
+    for name, ecfg in variants.items():
+        res = _optional(name, lambda ecfg=ecfg: runs.time_engine(model, graphs, ecfg, cfg.batch,
+                                                                  cfg), required=name == "engine")
+        if res is not None:
+            rows.append(runs.runtime_row(name, cfg.batch, res, bare, mixed_sampler_s))
+            if name == "engine":
+                step_rows += runs.step_rows(res.records, name)
+    eng = next(r for r in rows if r["variant"] == "engine")
+    print(f"[bench] runtime: batch {cfg.batch}: engine {eng['wall_us']:.0f} us/step vs bare "
+          f"forward {eng['wall_us'] / eng['ratio_to_bare']:.0f} us = {eng['ratio_to_bare']:.3f}x "
+          f"(target <= 1.10x); sampler {eng['sampler_device_us']:.0f} us = "
+          f"{eng['sampler_share']:.1%} of the step (target <= 3%)", flush=True)
+    res = _optional("sync_phases", lambda: runs.time_engine(
+        model, graphs, replace(base, sync_phases=True), cfg.batch, cfg, ops=False))
+    if res is not None:
+        step_rows += runs.step_rows(res.records, "engine_sync_phases")
+
+    def sweep():
+        ctx = cfg.prompt_len + cfg.steady_steps // 2
+        return [runs.batch_row(b, runs.time_engine(model, graphs, base, b, cfg, ops=False),
+                               runs.time_bare_forward(model, graphs, b, ctx, cfg, ops=False))
+                for b in cfg.batches]
+
+    batch_rows = _optional("batch sweep", sweep) or []
+    request_rows, error_rows = _optional(
+        "workload", lambda: runs.poisson_workload(model, graphs, base, cfg)) or ([], [])
+    extra = dict(model=cfg.model, dtype=cfg.dtype, block_size=cfg.block_size,
+                 graph_tokens_agree=agreement, bench_s=round(time.perf_counter() - t_start, 1))
+    for table in (rows, step_rows, sampler_rows, batch_rows, request_rows, error_rows):
+        for r in table:
+            r.update(extra)
+    tables = (("runtime", rows), ("runtime_steps", step_rows), ("runtime_sampler", sampler_rows),
+              ("runtime_batch", batch_rows), ("runtime_requests", request_rows),
+              ("runtime_errors", error_rows))
+    return [write_table(name, table, out_dir=out_dir, config=cfg, profile=profile)
+            for name, table in tables if table]
+
+
+def _optional(name: str, fn, *, required: bool = False):
+    """Run one measurement; a failure of a secondary one is reported and skipped so that the
+    main comparison is still written (validation failures are raised before any of these)."""
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001
+        if required:
+            raise
+        print(f"[bench] runtime: {name} FAILED, skipped:\n{traceback.format_exc()}", flush=True)
+        return None

@@ -1,0 +1,367 @@
+"""The execution loop: schedule -> prepare -> forward -> sample -> update -> emit -> retire.
+
+One :meth:`Engine.step`:
+
+1. the scheduler's plan is applied to the block pool (preempt, grow, admit);
+2. admitted sequences are prefilled and their first token sampled; running ones take one
+   decode step and are sampled in one batched call. With graphs that is one input copy and
+   three graph replays (stage, forward, sample: ``step_graphs``); without, the same work
+   eagerly;
+3. sampled tokens are scattered into the per-slot ``last_token`` table on the device (the
+   next step's inputs read it there) and copied asynchronously into pinned host memory, one
+   int64 per row (-1: its logits were not finite);
+4. the *previous* step's tokens are processed: its copy's event is waited on (by now it has
+   long finished, the device is already running this step), then stop conditions are checked
+   once for the whole batch, tokens streamed, and finished requests retired.
+
+The host therefore never stalls the device to decide anything: it learns a token one step
+after it was sampled, and a request that stops costs one extra (discarded) decode row.
+Every exit (finished, aborted, failed, an error in the step itself) goes through
+:meth:`Engine._retire`, which frees the request's blocks and slot exactly once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+
+from decodelab.engine.batch import StaticBatch, prefill_params
+from decodelab.engine.config import EngineConfig
+from decodelab.engine.metrics import Metrics, RequestRecord, StepRecord
+from decodelab.engine.requests import (
+    InvalidRequestError,
+    Limits,
+    Request,
+    Sequence,
+    Status,
+    validate_request,
+)
+from decodelab.engine.sampler import PenaltyState, RowParams, choose_mode, sample_step
+from decodelab.engine.scheduler import Plan, Scheduler, SchedulerConfig
+from decodelab.engine.step_graphs import StepGraphs
+from decodelab.engine.stream import RequestHandle, TokenEvent, stop_reason
+
+NAN = float("nan")
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A launched step whose tokens the host has not processed yet."""
+
+    rows: list[Sequence]
+    cols: list[int]  # column of each row in the pinned output buffer
+    buf: int
+    event: torch.cuda.Event | None
+
+
+class Engine:
+    def __init__(self, model, config: EngineConfig | None = None, graphs=None) -> None:
+        config = config if config is not None else EngineConfig()
+        self.model, self.cfg = model, config
+        cache = model.cache
+        self.pool = cache.pool
+        self.device = torch.device(model.device)
+        self.vocab = model.config.vocab_size
+        max_len = min(config.max_model_len, cache.capacity_tokens,
+                      model.config.max_position_embeddings)
+        self.scheduler = Scheduler(SchedulerConfig(cache.block_size, config.max_num_seqs,
+                                                   max_len, config.max_prefill_tokens))
+        self.limits = Limits(self.vocab, max_len, config.eos_token_id)
+        self.graphs = graphs if config.use_graphs else None
+        rows = config.max_num_seqs
+        self.batch = StaticBatch(rows, self.scheduler.config.blocks_needed(max_len), rows,
+                                 cache.block_size, cache.scratch_block, self.device)
+        self.penalties = PenaltyState.empty(rows + 1, self.vocab, self.device)
+        # stage + sampler graphs around the forward graph (only with static inputs: they
+        # read the static buffers)
+        self.step_graphs = (StepGraphs(self.graphs, self.batch, self.penalties)
+                            if self.graphs is not None and config.static_inputs else None)
+        pin = self.device.type == "cuda"
+        # (2 buffers, decode columns then prefill columns): tokens, -1 = non-finite logits
+        self.out_tok = torch.zeros(2, 2 * rows, dtype=torch.int64, pin_memory=pin)
+        self._out_flip = 0
+        # one reusable event per output buffer: it marks when that buffer's copy has landed
+        self._events = [torch.cuda.Event() for _ in range(2)] if pin else [None, None]
+        self.free_slots = list(range(rows - 1, -1, -1))
+        self.waiting: list[Sequence] = []
+        self.running: list[Sequence] = []
+        self.active: dict[str, Sequence] = {}
+        self.pending: deque[_Pending] = deque()
+        self.metrics = Metrics(config.keep_steps)
+        # Fault injection for tests and demos: logits_hook(rows, logits) may edit the logits of
+        # a step in place before sampling. None (the default) costs nothing.
+        self.logits_hook = None
+        self._arrivals = 0
+        self._steps = 0
+        self._t_last_step: float | None = None
+
+    # ------------------------------------------------------------------ client side
+    def submit(self, request: Request, *, arrival_time: float | None = None) -> RequestHandle:
+        """Validate and queue a request; InvalidRequestError leaves the engine untouched.
+
+        ``arrival_time`` (a ``time.perf_counter`` value, default now) is when the request
+        arrived, the start of its time to first token."""
+        try:
+            validate_request(request, self.limits)
+            if request.request_id in self.active:
+                raise InvalidRequestError(f"Request.request_id={request.request_id!r}: must be "
+                                          "unique among active requests")
+        except InvalidRequestError:
+            self.metrics.error("invalid_request")
+            raise
+        p = request.params
+        seed = p.seed if p.seed is not None else (self.cfg.seed * 1_000_003 + self._arrivals)
+        t_arrival = arrival_time if arrival_time is not None else time.perf_counter()
+        seq = Sequence(request, arrival=self._arrivals, seed=seed, t_arrival=t_arrival)
+        self._arrivals += 1
+        self.waiting.append(seq)
+        self.active[request.request_id] = seq
+        return RequestHandle(seq, self)
+
+    def abort(self, request_id: str) -> bool:
+        """End a request now (its blocks are freed); False if it is unknown or already done."""
+        seq = self.active.get(request_id)
+        if seq is None:
+            return False
+        self._retire(seq, Status.ABORTED, "aborted")
+        return True
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting or self.pending)
+
+    def run(self, max_steps: int | None = None) -> int:
+        """Step until every request is done (or ``max_steps``); return the steps taken."""
+        n = 0
+        while self.has_work and (max_steps is None or n < max_steps):
+            self.step()
+            n += 1
+        return n
+
+    # ------------------------------------------------------------------ the loop
+    @torch.inference_mode()
+    def step(self) -> None:
+        t_start = time.perf_counter()
+        if self._t_last_step is not None and self.metrics.steps:
+            self.metrics.steps[-1].wall = t_start - self._t_last_step
+        self._t_last_step = t_start
+        plan = self.scheduler.schedule(self.running, self.waiting, self.pool.num_free)
+        self._apply(plan)
+        decode = [s for s, _ in plan.decode]
+        admit = [s for s, _ in plan.admit]
+        rec = StepRecord(self._steps, len(decode), self._bucket(len(decode)) if decode else 0,
+                         len(admit), sum(s.num_prompt + len(s.output) for s in admit))
+        self._steps += 1
+        t = self._phase(rec, "schedule", t_start)
+        if decode or admit:
+            self._launch(rec, decode, admit, t)
+        else:
+            if not self.pending and self.waiting:
+                raise RuntimeError("scheduler stalled: requests wait, nothing runs or is pending")
+        t = time.perf_counter()
+        keep = 1 if (self.cfg.async_output and (decode or admit)) else 0
+        while len(self.pending) > keep:
+            self._process(self.pending.popleft(), rec)
+        self._phase(rec, "emit", t)
+        self.metrics.steps.append(rec)
+
+    def _phase(self, rec: StepRecord, name: str, t0: float) -> float:
+        if self.cfg.sync_phases and self.device.type == "cuda":
+            torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        setattr(rec, name, getattr(rec, name) + t1 - t0)
+        return t1
+
+    def _bucket(self, n: int) -> int:
+        if self.graphs is None:
+            return n
+        return self.graphs.bucket_for(n)
+
+    def _apply(self, plan: Plan) -> None:
+        for seq in plan.preempt:
+            self._release(seq)
+            self.running.remove(seq)
+            seq.status = Status.WAITING
+            seq.num_preemptions += 1
+            self.waiting.append(seq)
+        for seq, n in plan.decode:
+            if n:
+                seq.blocks += self.pool.allocate(n)
+                self.batch.set_blocks(seq, len(seq.blocks) - n)
+        for seq, n in plan.admit:
+            seq.blocks = self.pool.allocate(n)
+            seq.slot = self.free_slots.pop()
+            self.batch.assign(seq)
+            seq.status = Status.RUNNING
+            self.waiting.remove(seq)
+            self.running.append(seq)
+
+    def _launch(self, rec: StepRecord, decode: list[Sequence], admit: list[Sequence],
+                t: float) -> None:
+        buf = self._out_flip
+        self._out_flip ^= 1
+        rows, cols = [], []
+        try:
+            if admit:
+                t = self._prefill(rec, admit, buf, t)
+                rows += admit
+                cols += range(self.cfg.max_num_seqs, self.cfg.max_num_seqs + len(admit))
+            if decode:
+                t = self._decode(rec, decode, buf, t)
+                rows += decode
+                cols += range(len(decode))
+        except Exception as exc:  # noqa: BLE001 - a failed step fails its rows, not the engine
+            for seq in [*admit, *decode]:
+                self._retire(seq, Status.FAILED, "step_error", f"{type(exc).__name__}: {exc}")
+            return
+        for seq in rows:
+            seq.launched += 1
+        event = self._events[buf]
+        if event is not None:
+            event.record()
+        self.pending.append(_Pending(rows, cols, buf, event))
+        self._phase(rec, "update", t)
+
+    def _prefill(self, rec: StepRecord, admit: list[Sequence], buf: int, t: float) -> float:
+        uses_pen = [s.params.uses_penalties for s in admit]
+        for seq in admit:
+            if seq.params.uses_penalties:
+                dev = self.device
+                self.penalties.reset_slot(seq.slot, torch.tensor(seq.request.prompt, device=dev),
+                                          torch.tensor(seq.output, dtype=torch.int64, device=dev))
+        params = prefill_params(admit, self.device)
+        t = self._phase(rec, "prepare", t)
+        logits = self.model.prefill([s.all_tokens() for s in admit], [s.blocks for s in admit])
+        t = self._phase(rec, "forward", t)
+        mode = choose_mode([s.params.greedy for s in admit], [s.params.top_k for s in admit],
+                           uses_pen, self.vocab, self.cfg.max_partial_k)
+        lo = self.cfg.max_num_seqs
+        self._sample_into(admit, logits, params, mode, buf, lo)
+        return self._phase(rec, "sample", t)
+
+    def _decode(self, rec: StepRecord, decode: list[Sequence], buf: int, t: float) -> float:
+        bucket, sg = rec.bucket, self.step_graphs
+        inp, slots = self.batch.prepare(decode, bucket, static=self.cfg.static_inputs)
+        mode = self.batch.mode(slots[:len(decode)], self.vocab, self.cfg.max_partial_k)
+        if sg is None and self.cfg.static_inputs:
+            self.batch.stage(bucket, inp.input_ids, inp.context_lens32)
+        t = self._phase(rec, "prepare", t)
+        if sg is not None:
+            sg.stage(bucket)
+            logits = sg.forward(bucket)
+        else:
+            args = (inp.input_ids, inp.positions, inp.slot_mapping, inp.block_tables,
+                    inp.context_lens32)
+            logits = (self.graphs.run(*args) if self.graphs is not None
+                      else self.model.decode(*args))
+        t = self._phase(rec, "forward", t)
+        if self.logits_hook is not None:
+            self.logits_hook(decode, logits)
+        if sg is not None:
+            out = sg.sample(bucket, mode)
+        else:
+            out = torch.empty(bucket, dtype=torch.int64, device=self.device)
+            sample_step(logits, inp.params, mode, self.penalties, self.batch.last_token, out)
+        self._copy_out(out, buf, 0, len(decode))
+        return self._phase(rec, "sample", t)
+
+    def _sample_into(self, rows: list[Sequence], logits: torch.Tensor, params: RowParams, mode,
+                     buf: int, lo: int) -> None:
+        if self.logits_hook is not None:
+            self.logits_hook(rows, logits)
+        out = torch.empty(logits.shape[0], dtype=torch.int64, device=self.device)
+        sample_step(logits, params, mode, self.penalties, self.batch.last_token, out)
+        self._copy_out(out, buf, lo, len(rows))
+
+    def _copy_out(self, out: torch.Tensor, buf: int, lo: int, n: int) -> None:
+        self.out_tok[buf, lo:lo + n].copy_(out[:n], non_blocking=True)
+
+    # ------------------------------------------------------------------ emit and retire
+    def _process(self, pend: _Pending, rec: StepRecord) -> None:
+        if pend.event is not None:
+            t0 = time.perf_counter()
+            pend.event.synchronize()
+            rec.sync_wait += time.perf_counter() - t0
+        toks = self.out_tok[pend.buf].tolist()
+        for seq, col in zip(pend.rows, pend.cols, strict=True):
+            if seq.status.done:
+                continue  # ended after this step was launched: its row is discarded
+            if toks[col] < 0:
+                self._retire(seq, Status.FAILED, "non_finite_logits",
+                             f"logits of token {len(seq.output)} were not finite")
+                continue
+            self._accept(seq, toks[col])
+
+    def _accept(self, seq: Sequence, token: int) -> None:
+        now = time.perf_counter()
+        seq.output.append(token)
+        if seq.t_first_token is None:
+            seq.t_first_token = now
+        seq.t_last_token = now
+        self.metrics.tokens_out += 1
+        reason = stop_reason(seq, token, self.limits.eos_token_id, self.limits.max_model_len)
+        status = "finished" if reason else seq.status.value
+        event = TokenEvent(seq.request_id, token, len(seq.output) - 1, reason is not None, status,
+                           reason)
+        if not self._deliver(seq, event):
+            return
+        if reason is not None:
+            self._retire(seq, Status.FINISHED, reason, notify=False)
+
+    def _deliver(self, seq: Sequence, event: TokenEvent) -> bool:
+        """Stream ``event``; a raising callback fails this request only. False if it failed."""
+        seq.events.append(event)
+        if seq.request.on_token is None:
+            return True
+        try:
+            seq.request.on_token(event)
+        except Exception as exc:  # noqa: BLE001 - isolate the client's error
+            if not seq.status.done:
+                self._retire(seq, Status.FAILED, "callback_error",
+                             f"on_token raised {type(exc).__name__}: {exc}", notify=False)
+            else:
+                self.metrics.error("callback_error_at_end")
+            return False
+        return True
+
+    def _release(self, seq: Sequence) -> None:
+        """Give back blocks and slot (a preempted sequence keeps its output and waits)."""
+        if seq.blocks:
+            self.pool.free(seq.blocks)
+            seq.blocks = []
+        if seq.slot >= 0:
+            self.free_slots.append(seq.slot)
+            seq.slot = -1
+
+    def _retire(self, seq: Sequence, status: Status, reason: str, error: str | None = None,
+                *, notify: bool = True) -> None:
+        if seq.status.done:
+            return
+        if seq.status is Status.RUNNING:
+            self.running.remove(seq)
+        else:
+            self.waiting.remove(seq)
+        self._release(seq)
+        self.active.pop(seq.request_id, None)
+        seq.status, seq.finish_reason, seq.error = status, reason, error
+        seq.t_done = time.perf_counter()
+        self.metrics.outcomes[status.value] += 1
+        if status is Status.FAILED:
+            self.metrics.error(reason)
+        self.metrics.requests.append(_request_record(seq))
+        if notify:
+            self._deliver(seq, TokenEvent(seq.request_id, None, len(seq.output), True,
+                                          status.value, reason, error))
+
+
+def _request_record(seq: Sequence) -> RequestRecord:
+    n = len(seq.output)
+    first, last = seq.t_first_token, seq.t_last_token
+    ttft = first - seq.t_arrival if first is not None else NAN
+    tpot = (last - first) / (n - 1) if n > 1 and first is not None and last is not None else NAN
+    return RequestRecord(seq.request_id, seq.status.value, seq.finish_reason or "",
+                         seq.num_prompt, n, seq.num_preemptions, ttft, tpot,
+                         (seq.t_done or NAN) - seq.t_arrival)

@@ -1,0 +1,107 @@
+"""Streaming to clients: token events, per-request handles (iterators), and stop checks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from decodelab.engine.requests import Sequence, Status
+
+if TYPE_CHECKING:
+    from decodelab.engine.engine import Engine
+
+
+class CallbackError(RuntimeError):
+    """A request's streaming callback raised; that request (only) failed."""
+
+
+class NonFiniteLogitsError(RuntimeError):
+    """A request's logits held NaN or infinity; that request (only) failed."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One emitted token (``token`` set) or the end of a request (``finished``), or both."""
+
+    request_id: str
+    token: int | None
+    index: int  # position of ``token`` in the output (or the output length at the end)
+    finished: bool
+    status: str  # running / finished / aborted / failed
+    reason: str | None = None  # eos, stop, length, aborted, callback_error, non_finite_logits, ...
+    error: str | None = None
+
+
+def stop_reason(seq: Sequence, token: int, eos: int | None, max_model_len: int) -> str | None:
+    """Why ``seq`` ends after ``token`` (already appended to its output), or None."""
+    p, out = seq.params, seq.output
+    if eos is not None and token == eos and not p.ignore_eos:
+        return "eos"
+    if token in p.stop_token_ids:
+        return "stop"
+    for s in p.stop_sequences:
+        if len(out) >= len(s) and tuple(out[-len(s):]) == s:
+            return "stop"
+    if len(out) >= p.max_new_tokens or seq.num_prompt + len(out) >= max_model_len:
+        return "length"
+    return None
+
+
+class RequestHandle:
+    """The client's view of one request: its status, its tokens, and an iterator of events.
+
+    Iterating drives the engine until this request's next event is available, so
+    ``for ev in engine.submit(req): print(ev.token)`` streams one request while the engine
+    serves all the others too.
+    """
+
+    def __init__(self, seq: Sequence, engine: Engine) -> None:
+        self._seq, self._engine = seq, engine
+
+    @property
+    def request_id(self) -> str:
+        return self._seq.request_id
+
+    @property
+    def status(self) -> Status:
+        return self._seq.status
+
+    @property
+    def done(self) -> bool:
+        return self._seq.status.done
+
+    @property
+    def tokens(self) -> list[int]:
+        return list(self._seq.output)
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self._seq.finish_reason
+
+    @property
+    def error(self) -> str | None:
+        return self._seq.error
+
+    @property
+    def num_preemptions(self) -> int:
+        return self._seq.num_preemptions
+
+    def abort(self) -> bool:
+        return self._engine.abort(self.request_id)
+
+    def __iter__(self) -> Iterator[TokenEvent]:
+        events = self._seq.events
+        while True:
+            while events:
+                ev = events.popleft()
+                yield ev
+                if ev.finished:
+                    return
+            if self.done:
+                return
+            self._engine.step()
+
+    def __repr__(self) -> str:
+        return (f"RequestHandle({self.request_id!r}, {self.status.value}, "
+                f"{len(self._seq.output)} tokens, reason={self.finish_reason!r})")

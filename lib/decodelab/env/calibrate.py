@@ -1,0 +1,155 @@
+"""The ceilings every figure is compared to (phase 0).
+
+``calibrate()`` measures: on a GPU, host launch latency of a tiny kernel, device-to-device copy
+bandwidth (bytes read + written), host<->device bandwidth, bf16 and fp32 matmul rate; on a CPU,
+per-op dispatch overhead, memory copy bandwidth and fp32 matmul rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from decodelab.core.device import has_cuda
+from decodelab.core.timing import Timing, TimingConfig, cuda_sync, summarize, time_cuda, time_host
+from decodelab.core.validate import check_choice
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationConfig:
+    """Sizes of the calibration measurements. ``profile`` picks defaults: smoke, cpu or gpu."""
+
+    profile: str = "cpu"
+
+    def __post_init__(self) -> None:
+        check_choice("CalibrationConfig", "profile", self.profile, ("smoke", "cpu", "gpu"))
+
+    @property
+    def copy_mib(self) -> int:
+        return {"smoke": 16, "cpu": 256, "gpu": 2048}[self.profile]
+
+    @property
+    def matmul_n(self) -> int:
+        return {"smoke": 256, "cpu": 1024, "gpu": 8192}[self.profile]
+
+    @property
+    def timing(self) -> TimingConfig:
+        return {"smoke": TimingConfig(warmup=1, repeats=3, inner=2),
+                "cpu": TimingConfig(warmup=2, repeats=7, inner=3),
+                "gpu": TimingConfig(warmup=3, repeats=15, inner=5)}[self.profile]
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """One ceiling: ``value`` is the median; the other columns summarise the repeats."""
+
+    quantity: str
+    unit: str
+    value: float
+    q1: float
+    q3: float
+    ci_low: float
+    ci_high: float
+    n: int
+    backend: str
+    detail: str
+
+
+def _row(quantity: str, unit: str, samples: tuple[float, ...], convert, backend: str,
+         detail: str) -> Calibration:
+    values = [convert(s) for s in samples]
+    st = summarize(values)
+    return Calibration(quantity, unit, st.median, st.q1, st.q3, st.ci_low, st.ci_high, st.n,
+                       backend, detail)
+
+
+def _tiny_op_timing(device: str, cfg: TimingConfig) -> Timing:
+    x = torch.ones(1, device=device)
+    inner = TimingConfig(cfg.warmup * 100, cfg.repeats, 1000)
+    if device == "cuda":
+        return time_host(lambda: x.add_(1.0), inner, sync=cuda_sync)
+    return time_host(lambda: x.add_(1.0), inner)
+
+
+def _copy_rate(n_bytes: int, device: str, cfg: TimingConfig) -> tuple[Timing, int]:
+    n = n_bytes // 4
+    src = torch.rand(n, device=device)
+    dst = torch.empty_like(src)
+    fn = lambda: dst.copy_(src)  # noqa: E731
+    t = time_cuda(fn, cfg) if device == "cuda" else time_host(fn, cfg)
+    return t, 2 * n * 4  # bytes read + bytes written
+
+
+def _matmul_timing(n: int, dtype: torch.dtype, device: str, cfg: TimingConfig) -> Timing:
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    out = torch.empty(n, n, device=device, dtype=dtype)
+    fn = lambda: torch.matmul(a, b, out=out)  # noqa: E731
+    return time_cuda(fn, cfg) if device == "cuda" else time_host(fn, cfg)
+
+
+def calibrate(cfg: CalibrationConfig = CalibrationConfig()) -> list[Calibration]:
+    """Measure this machine's ceilings (GPU ones when CUDA is present, else CPU ones)."""
+    rows: list[Calibration] = []
+    t = cfg.timing
+    if not has_cuda():
+        tiny = _tiny_op_timing("cpu", t)
+        rows.append(_row("op_dispatch_overhead", "us", tiny.host, lambda s: s * 1e6, "cpu",
+                         "host CPU time per tiny torch op (x.add_ on 1 element)"))
+        copy, nbytes = _copy_rate(cfg.copy_mib << 20, "cpu", t)
+        rows.append(_row("memory_copy_bandwidth", "GB/s", copy.wall, lambda s: nbytes / s / 1e9,
+                         "cpu", f"fp32 copy of {cfg.copy_mib} MiB, bytes read + written"))
+        n = cfg.matmul_n
+        mm = _matmul_timing(n, torch.float32, "cpu", t)
+        rows.append(_row("matmul_fp32", "TFLOP/s", mm.wall, lambda s: 2 * n**3 / s / 1e12, "cpu",
+                         f"{n}x{n}x{n} fp32, {torch.get_num_threads()} threads"))
+        return rows
+
+    tiny = _tiny_op_timing("cuda", t)
+    rows.append(_row("launch_host", "us", tiny.host, lambda s: s * 1e6, "cuda",
+                     "host CPU time to issue one tiny kernel (x.add_ on 1 element)"))
+    rows.append(_row("launch_wall", "us", tiny.wall, lambda s: s * 1e6, "cuda",
+                     "wall time per tiny kernel, back to back, one sync per 1000"))
+    copy, nbytes = _copy_rate(cfg.copy_mib << 20, "cuda", t)
+    rows.append(_row("d2d_copy_bandwidth", "GB/s", copy.device, lambda s: nbytes / s / 1e9,
+                     "cuda", f"device copy of {cfg.copy_mib} MiB, bytes read + written"))
+    for direction in ("h2d", "d2h"):
+        rows.append(_host_copy_row(direction, cfg))
+    n = cfg.matmul_n
+    for dtype, name in ((torch.bfloat16, "matmul_bf16"), (torch.float32, "matmul_fp32")):
+        prev = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False  # plain fp32, not the tf32 tensor-core path
+        try:
+            mm = _matmul_timing(n, dtype, "cuda", t)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = prev
+        rows.append(_row(name, "TFLOP/s", mm.device, lambda s, n=n: 2 * n**3 / s / 1e12, "cuda",
+                         f"{n}x{n}x{n} {str(dtype).removeprefix('torch.')}, random inputs"))
+    return rows
+
+
+def _host_copy_row(direction: str, cfg: CalibrationConfig) -> Calibration:
+    n = (cfg.copy_mib << 20) // 4 // 4
+    host = torch.rand(n).pin_memory()
+    dev = torch.empty(n, device="cuda")
+    if direction == "h2d":
+        fn = lambda: dev.copy_(host, non_blocking=True)  # noqa: E731
+    else:
+        fn = lambda: host.copy_(dev, non_blocking=True)  # noqa: E731
+    timing = time_cuda(fn, cfg.timing)
+    return _row(f"{direction}_bandwidth", "GB/s", timing.device, lambda s: n * 4 / s / 1e9, "cuda",
+                f"pinned {direction} copy of {n * 4 >> 20} MiB")
+
+
+def ceiling(rows, quantity: str) -> float:
+    """The median value of one calibration (rows from :func:`calibrate` or a loaded table)."""
+    import pandas as pd
+
+    from decodelab.core.results import to_frame
+
+    frame = rows if isinstance(rows, pd.DataFrame) else to_frame(rows)
+    match = frame[frame["quantity"] == quantity]
+    if match.empty:
+        raise KeyError(f"no calibration {quantity!r}; have {sorted(frame['quantity'].unique())}")
+    return float(match["value"].iloc[-1])

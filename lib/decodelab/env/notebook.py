@@ -1,0 +1,25 @@
+"""Notebook 00_environment: its parameters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from decodelab.core.device import has_cuda
+from decodelab.core.params import NotebookParams as BaseParams
+from decodelab.env.calibrate import CalibrationConfig
+
+
+@dataclass(frozen=True, slots=True)
+class NotebookParams(BaseParams):
+    """Parameters of notebook 00_environment (``profile`` and ``interactive`` come from the base)."""
+
+    NOTEBOOK: ClassVar[str] = "00_environment"
+
+    calibrate_live: bool = True
+
+    @property
+    def calibration(self) -> CalibrationConfig:
+        if self.profile == "smoke":
+            return CalibrationConfig("smoke")
+        return CalibrationConfig("gpu" if has_cuda() else "cpu")

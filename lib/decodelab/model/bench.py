@@ -1,0 +1,171 @@
+"""``python -m decodelab bench paged_model``: decode step time of the paged Llama, against the
+HBM roofline and against ``transformers``' ``generate`` on the same weights.
+
+Modes (table ``paged_model``, one row per mode x batch x context):
+- ``graph``: ``DecodeGraphs.run`` (input copies into the static buffers + one graph replay).
+- ``eager``: the same ``PagedLlama.decode`` launched op by op (Triton kernels on a GPU).
+- ``hf_dynamic`` / ``hf_static``: ``LlamaForCausalLM.generate`` (greedy), its default cache and
+  its static cache (auto-compile off: compiling alone would take far longer than the whole
+  bench). Per-token time = (time of N new tokens - time of 1) / (N - 1): decode only.
+
+``context`` = tokens attended by the step (the new one included). ``bytes_per_step`` = weights
+read (all layers, the head, B embedding rows) + the K/V attended; ``roofline_fraction`` = time
+those bytes need at the device-to-device copy bandwidth measured in this run / measured step
+time. Every fast path is validated before timing: Triton attention against the reference,
+graph against eager (token for token), and our logits against ``transformers``.
+On a GPU two more tables: ``paged_model_kernels``, per-kernel device time of one graph step at
+batch 1 (from the profiler): where the step's time goes; ``paged_model_linear``, each batch-1
+matmul shape's candidates (cuBLAS, Triton gemv tiles) with time and weight bandwidth, and which
+one the model uses.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from decodelab.core.device import has_cuda
+from decodelab.core.profiles import PROFILES
+from decodelab.core.results import write_table
+from decodelab.core.timing import TimingConfig, median_times
+from decodelab.core.validate import check_choice
+from decodelab.model import check as checks
+from decodelab.model.config import named_config
+from decodelab.model.kv_cache import PagedKVCache
+from decodelab.model.llama import PagedLlama
+from decodelab.model.weights import from_state_dict, random_state_dict
+from decodelab.model.workload import copy_bandwidth_gb_s, decode_inputs, on_bench_device
+
+
+@dataclass(frozen=True, slots=True)
+class PagedModelBenchConfig:
+    profile: str
+    model: str
+    dtype: str
+    batches: tuple[int, ...]
+    contexts: tuple[int, ...]
+    hf_batches: tuple[int, ...]
+    hf_new_tokens: int
+    block_size: int = 16
+    warmup: int = 3
+    repeats: int = 10
+    inner: int = 10
+
+    def __post_init__(self) -> None:
+        check_choice("PagedModelBenchConfig", "profile", self.profile, PROFILES)
+        check_choice("PagedModelBenchConfig", "dtype", self.dtype, ("bfloat16", "float32"))
+
+    @classmethod
+    def for_profile(cls, profile: str) -> PagedModelBenchConfig:
+        if profile == "gpu" and has_cuda():
+            return cls(profile, "llama-3.2-1b", "bfloat16", (1, 8, 32, 128), (512, 4096),
+                       hf_batches=(1, 8), hf_new_tokens=17)
+        if profile == "smoke":
+            return cls(profile, "tiny", "float32", (1, 4), (32,), hf_batches=(1,),
+                       hf_new_tokens=9, warmup=1, repeats=2, inner=2)
+        return cls(profile, "tiny", "float32", (1, 8), (64, 256), hf_batches=(1,),
+                   hf_new_tokens=33, repeats=7, inner=5)
+
+    @property
+    def timing(self) -> TimingConfig:
+        return TimingConfig(self.warmup, self.repeats, self.inner)
+
+
+def _row(mode, batch, context, wall, host, device_s, nbytes, bw, **extra) -> dict:
+    """One result row; graph-only columns are NaN elsewhere so every run has one schema."""
+    nan = float("nan")
+    extra = dict(dict(capture_s=nan, graph_mem_mib=nan, bucket=nan), **extra)
+    return dict(mode=mode, batch=batch, context=context, ms_per_token=wall * 1e3,
+                device_ms_per_step=device_s * 1e3, host_ms_per_step=host * 1e3,
+                tokens_per_s=batch / wall, bytes_per_step=nbytes,
+                achieved_gb_s=nbytes / wall / 1e9, copy_gb_s=bw,
+                roofline_fraction=nbytes / (bw * 1e9) / wall, **extra)
+
+
+def _time_ours(model: PagedLlama, graphs, cfg: PagedModelBenchConfig, step_bytes, bw: float,
+               checked: dict[str, float]) -> list[dict]:
+    """Eager and graph rows for every context x batch, each on its own fresh sequences."""
+    rows, dev = [], model.device
+    for context in cfg.contexts:
+        for batch in cfg.batches:
+            tables, inputs = decode_inputs(model.cache, batch, context)
+            modes = {"eager": lambda inputs=inputs: model.decode(*inputs)}
+            if graphs is not None:
+                modes["graph"] = lambda inputs=inputs: graphs.run(*inputs)
+            for mode, fn in modes.items():
+                wall, host, dev_s = median_times(fn, dev.type == "cuda", cfg.timing)
+                extra = dict(capture_s=graphs.capture_s, graph_mem_mib=graphs.graph_mem_mib,
+                             bucket=graphs.bucket_for(batch)) if mode == "graph" else {}
+                rows.append(_row(mode, batch, context, wall, host, dev_s,
+                                 step_bytes(batch, context), bw, max_rel_err=checked[mode],
+                                 **extra))
+            for t in tables:
+                model.cache.pool.free(t)
+    return rows
+
+
+def bench(profile: str, out_dir: Path) -> list[Path]:
+    cfg = PagedModelBenchConfig.for_profile(profile)
+    return on_bench_device(cfg.profile, lambda dev: _bench(cfg, dev, out_dir))
+
+
+def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list[Path]:
+    profile = cfg.profile
+    dtype = getattr(torch, cfg.dtype)
+    mcfg = named_config(cfg.model)
+    t_start = time.perf_counter()
+    bw = copy_bandwidth_gb_s(dev, (1 << 30) if dev.type == "cuda" else (64 << 20), cfg.timing)
+    sd = random_state_dict(mcfg, seed=0, dtype=dtype, device=dev)
+    weights = from_state_dict(mcfg, sd, dtype=dtype, device=dev)
+    max_ctx = max(cfg.contexts)
+    blocks_per_seq = -(-max_ctx // cfg.block_size) + 1
+    cache = PagedKVCache(mcfg, max(cfg.batches) * blocks_per_seq + 64, cfg.block_size,
+                         dtype=dtype, device=dev)
+    model = PagedLlama(mcfg, weights, cache)
+    graphs = checks.make_graphs(model, cfg.batches, blocks_per_seq) if dev.type == "cuda" else None
+    hf = checks.hf_model(mcfg, sd, dev)
+    checked = checks.validate(model, graphs, hf)  # raises if a fast path disagrees
+    cache.k.normal_()  # attended K/V: finite values at every slot the timed steps read
+    cache.v.normal_()
+
+    kv_token = mcfg.kv_bytes_per_token(cache.k.element_size())
+
+    def step_bytes(batch: int, context: int) -> int:
+        return weights.nbytes_per_step(batch) + batch * context * kv_token
+
+    rows = _time_ours(model, graphs, cfg, step_bytes, bw, checked)
+    linear = _linear_rows(model)
+    has_graphs = graphs is not None
+    del graphs, model, cache  # free the KV pool (and graph memory) before the peers run
+    if hf is not None:
+        rows += checks.hf_rows(hf, mcfg, cfg, _row, step_bytes, bw, checked["hf"])
+    del hf, sd
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    kernels = checks.kernel_profile_isolated(cfg.model, cfg.dtype, cfg.block_size,
+                                             blocks_per_seq) if has_graphs else None
+    for r in rows:
+        r.update(model=cfg.model, dtype=cfg.dtype, block_size=cfg.block_size,
+                 bench_s=round(time.perf_counter() - t_start, 1))
+    paths = [write_table("paged_model", rows, out_dir=out_dir, config=cfg, profile=profile)]
+    for name, extra in (("paged_model_kernels", kernels), ("paged_model_linear", linear)):
+        if extra:
+            paths.append(write_table(name, extra, out_dir=out_dir, config=cfg, profile=profile))
+    return paths
+
+
+def _linear_rows(model: PagedLlama) -> list[dict]:
+    """The batch-1 matmul choice per weight shape: every candidate's time and bandwidth."""
+    plan = getattr(model.ops, "plan", None)
+    rows = []
+    for (n, k, swiglu), times in (plan.timings.items() if plan else []):
+        chosen = plan.choice[(n, k, swiglu)]
+        for cand, us in times.items():
+            rows.append(dict(n=n, k=k, swiglu=swiglu, candidate=cand, us=us,
+                             weight_gb_s=n * k * model.weights.embed.element_size() / us / 1e3,
+                             chosen=cand == ("cublas" if chosen is None else
+                                             f"gemv_{chosen[0]}x{chosen[1]}w{chosen[2]}")))
+    return rows

@@ -1,0 +1,236 @@
+"""A Llama-family decoder over the paged KV cache: RMSNorm, RoPE (Llama-3 scaling), GQA, SwiGLU.
+
+Interface (stable; the runtime engine builds on exactly this):
+
+    model = PagedLlama(config, weights, cache, backend="auto")   # "torch" | "triton" | "auto"
+    model.prefill(token_ids: list[list[int]], block_tables: list[list[int]])
+        -> logits (n_seqs, vocab) float32 at each prompt's last position.
+        Prompt i occupies positions 0 .. len-1 and its K/V are written to the slots its block
+        table gives (the table must already hold ceil(len / block_size) blocks).
+    model.decode(input_ids (B,) int64, positions (B,) int64, slot_mapping (B,) int64,
+                 block_tables (B, max_blocks) int32, context_lens (B,) int32)
+        -> logits (B, vocab) float32.
+        One new token per row at ``positions`` (0-based); its K/V go to ``slot_mapping``
+        (slot -1: a padding row, writes nothing); attention covers positions
+        0 .. context_lens - 1 (normally positions + 1, i.e. including the new token).
+        All inputs are device tensors of static shape, so the same code runs eagerly and under
+        a CUDA graph (see ``decodelab.model.graphs.DecodeGraphs``).
+
+``backend="triton"`` (CUDA only) swaps in fused kernels for the norms, RoPE + cache write, the
+SwiGLU product, paged decode attention and batch-1 matmuls where they beat cuBLAS
+(``model.triton``: ``ops``, ``attention``, ``linear``, ``fused``); ``"torch"`` is the plain reference
+the tests compare with ``transformers``. Prefill's RoPE, cache write and attention are torch.
+Constructing a "triton" model times each batch-1 matmul candidate on the device once (seconds,
+Triton compilation included); the choice is fixed before any graph is captured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from decodelab.core.validate import ConfigError, check_choice
+from decodelab.model.attention import paged_decode_attention_ref, prefill_attention
+from decodelab.model.config import ModelConfig, rope_inv_freq
+from decodelab.model.kv_cache import PagedKVCache, slots_for
+from decodelab.model.weights import Weights
+
+
+class TorchOps:
+    """Plain-torch layer pieces, written to round exactly as ``transformers`` does."""
+
+    @staticmethod
+    def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        return w * xf.to(x.dtype)
+
+    @classmethod
+    def add_rms_norm(cls, h: torch.Tensor, x: torch.Tensor, w: torch.Tensor, eps: float
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Residual add then norm: (h + x, rms_norm(h + x))."""
+        h = h + x
+        return h, cls.rms_norm(h, w, eps)
+
+    @staticmethod
+    def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """x (T, heads, D); cos, sin (T, D/2) at each token's position. Half-split rotation."""
+        half = x.shape[-1] // 2
+        x1, x2 = x[..., :half], x[..., half:]
+        c, s = cos[:, None, :], sin[:, None, :]
+        return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+    @classmethod
+    def rope_write(cls, q, k, v, positions, cos, sin, cache: PagedKVCache, layer: int,
+                   slot_mapping) -> torch.Tensor:
+        """Rotate q and k, store k and v in the cache; returns rotated q (T, H, D)."""
+        c, s = cos[positions], sin[positions]
+        cache.write(layer, cls.rope(k, c, s), v, slot_mapping)
+        return cls.rope(q, c, s)
+
+    @staticmethod
+    def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+        """(T, 2f) -> silu(gate) * up, (T, f)."""
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
+               ) -> torch.Tensor:
+        return F.linear(x, w, bias)
+
+    @classmethod
+    def swiglu_linear(cls, gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """The MLP's down projection of silu(gate) * up."""
+        return F.linear(cls.silu_mul(gate_up), w)
+
+    decode_attention = staticmethod(paged_decode_attention_ref)
+
+
+def _ops(backend: str, device: torch.device):
+    check_choice("PagedLlama", "backend", backend, ("auto", "torch", "triton"))
+    if backend == "auto":
+        backend = "triton" if device.type == "cuda" else "torch"
+    if backend == "torch":
+        return TorchOps
+    if device.type != "cuda":
+        raise ConfigError(f"PagedLlama.backend='triton': needs a CUDA device, cache is on {device}")
+    from decodelab.model.triton.ops import TritonOps
+
+    return TritonOps()
+
+
+class PagedLlama:
+    """The decoder's forward over a paged cache (no autograd, no nn.Module: weights are data)."""
+
+    def __init__(self, config: ModelConfig, weights: Weights, cache: PagedKVCache, *,
+                 backend: str = "auto") -> None:
+        if cache.config != config:
+            raise ConfigError("PagedLlama: the cache was built for another model config")
+        self.config, self.weights, self.cache = config, weights, cache
+        self.device = cache.device
+        self.dtype = weights.embed.dtype
+        self.ops = _ops(backend, self.device)
+        self.backend = "torch" if self.ops is TorchOps else "triton"
+        if self.backend == "triton":
+            self.ops.tune(weights)  # per-shape matmul choice, fixed before any graph capture
+        self.scale = config.head_dim ** -0.5
+        # (max_positions, D/2) rotary tables, computed in fp32 and rounded to the model dtype
+        # as transformers does.
+        pos = torch.arange(config.max_position_embeddings, dtype=torch.float32)
+        freqs = pos[:, None] * rope_inv_freq(config)[None, :]
+        self.cos = freqs.cos().to(self.device, self.dtype)
+        self.sin = freqs.sin().to(self.device, self.dtype)
+
+    # ------------------------------------------------------------------ shared layer stack
+    def _forward(self, ids: torch.Tensor, attend: Callable) -> torch.Tensor:
+        """ids (T,) -> final-normed hidden states (T, d). ``attend(layer, q, k, v)`` -> (T, H, D)
+        does RoPE, the cache write and attention, which differ between prefill and decode."""
+        cfg, w, ops, eps = self.config, self.weights, self.ops, self.config.rms_norm_eps
+        t = ids.shape[0]
+        h = self._embed(ids)  # (T, d) residual stream
+        x = ops.rms_norm(h, w.layers[0].attn_norm, eps)
+        for i, lw in enumerate(w.layers):
+            qkv = ops.linear(x, lw.qkv, lw.qkv_bias)  # (T, q_size + 2 kv_size)
+            q, k, v = qkv.split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
+            a = attend(i, q.view(t, cfg.num_heads, cfg.head_dim),
+                       k.view(t, cfg.num_kv_heads, cfg.head_dim),
+                       v.view(t, cfg.num_kv_heads, cfg.head_dim))
+            o = self._reduce(ops.linear(a.reshape(t, cfg.q_size), lw.o))
+            h, x = ops.add_rms_norm(h, o, lw.mlp_norm, eps)
+            mlp = self._reduce(ops.swiglu_linear(ops.linear(x, lw.gate_up), lw.down))
+            nxt = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.final_norm
+            h, x = ops.add_rms_norm(h, mlp, nxt, eps)
+        return x
+
+    # Hooks a tensor-parallel subclass overrides (``decodelab.parallel.model``): on one device the
+    # embedding is a lookup, the row-parallel sums are identities and the head is local.
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.weights.embed)
+
+    def _reduce(self, partial: torch.Tensor) -> torch.Tensor:
+        """Sum of a row-parallel matmul's partial outputs over the tensor-parallel ranks."""
+        return partial
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ops.linear(x, self.weights.lm_head).float()
+
+    # ------------------------------------------------------------------ public forward passes
+    @torch.inference_mode()
+    def prefill(self, token_ids: Sequence[Sequence[int]],
+                block_tables: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Prompts of different lengths, packed without padding -> last-position logits."""
+        if len(token_ids) != len(block_tables) or not token_ids:
+            raise ValueError(f"prefill: {len(token_ids)} prompts, {len(block_tables)} block "
+                             "tables; need the same non-zero number")
+        lens = [len(p) for p in token_ids]
+        if min(lens) < 1:
+            raise ValueError("prefill: every prompt needs at least one token")
+        bs = self.cache.block_size
+        flat = [tok for p in token_ids for tok in p]
+        pos = [i for n in lens for i in range(n)]
+        slots = [s for n, bt in zip(lens, block_tables, strict=True) for s in slots_for(bt, 0, n, bs)]
+        dev = self.device
+        ids = torch.tensor(flat, dtype=torch.int64, device=dev)
+        positions = torch.tensor(pos, dtype=torch.int64, device=dev)
+        slot_mapping = torch.tensor(slots, dtype=torch.int64, device=dev)
+        cos, sin = self.cos[positions], self.sin[positions]
+
+        def attend(layer, q, k, v):
+            q, k = TorchOps.rope(q, cos, sin), TorchOps.rope(k, cos, sin)
+            self.cache.write(layer, k, v, slot_mapping)
+            return prefill_attention(q, k, v, lens, self.scale)
+
+        x = self._forward(ids, attend)
+        last = torch.tensor(lens, device=dev).cumsum(0) - 1
+        return self._logits(x[last])
+
+    @torch.inference_mode()
+    def decode(self, input_ids: torch.Tensor, positions: torch.Tensor, slot_mapping: torch.Tensor,
+               block_tables: torch.Tensor, context_lens: torch.Tensor) -> torch.Tensor:
+        """One token per row over the paged cache -> logits (B, vocab) float32 (see module doc)."""
+        cache, ops = self.cache, self.ops
+
+        def attend(layer, q, k, v):
+            q = ops.rope_write(q, k, v, positions, self.cos, self.sin, cache, layer, slot_mapping)
+            return ops.decode_attention(q, cache.k[layer], cache.v[layer], block_tables,
+                                        context_lens, self.scale)
+
+        return self._logits(self._forward(input_ids, attend))
+
+
+@torch.inference_mode()
+def greedy_generate(model: PagedLlama, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
+                    step: Callable | None = None, forced: Sequence[Sequence[int]] | None = None
+                    ) -> tuple[list[list[int]], torch.Tensor]:
+    """Greedy decode of a batch: prefill, then ``max_new_tokens - 1`` decode steps through
+    ``step`` (``model.decode`` or ``DecodeGraphs.run``). Returns the new tokens per prompt and
+    the logits of every step (B, max_new_tokens, vocab). ``forced`` (B, max_new_tokens) feeds
+    those tokens instead of the argmax (teacher forcing: two implementations then see the same
+    inputs even where a near-tie flips a token). Blocks are freed on every exit path.
+    A reference loop for tests and benchmarks; the runtime engine is the real scheduler."""
+    cache, pool, bs = model.cache, model.cache.pool, model.cache.block_size
+    step = step or model.decode
+    tables: list[list[int]] = []
+    try:
+        for p in prompts:
+            tables.append(pool.allocate(pool.blocks_needed(len(p) + max_new_tokens)))
+        logits = model.prefill(prompts, tables)
+        bt = cache.block_table_tensor(tables)
+        rows = torch.arange(len(prompts), device=model.device)
+        pos = torch.tensor([len(p) for p in prompts], dtype=torch.int64, device=model.device)
+        steps = [logits]
+        fed = None if forced is None else torch.tensor(forced, device=model.device)
+        for i in range(max_new_tokens - 1):
+            slots = bt[rows, pos // bs].long() * bs + pos % bs
+            tokens = logits.argmax(-1) if fed is None else fed[:, i]
+            logits = step(tokens, pos, slots, bt, (pos + 1).int()).clone()
+            steps.append(logits)
+            pos = pos + 1
+    finally:
+        for t in tables:
+            pool.free(t)
+    all_logits = torch.stack(steps, dim=1)
+    return all_logits.argmax(-1).tolist(), all_logits

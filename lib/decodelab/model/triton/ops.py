@@ -1,0 +1,48 @@
+"""``TritonOps``: the decode step's operations on Triton kernels, with the same methods and
+contracts as ``model.TorchOps``, so the model swaps one for the other."""
+
+from __future__ import annotations
+
+import torch
+
+from decodelab.model.triton.attention import paged_decode_attention
+from decodelab.model.triton.fused import rms_norm_rows, rope_write, silu_mul
+from decodelab.model.triton.linear import LinearPlan
+
+
+class TritonOps:
+    """Fused kernels with the same methods and contracts as ``model.TorchOps``."""
+
+    def __init__(self) -> None:
+        self.plan = LinearPlan()
+
+    def tune(self, weights) -> None:
+        """Pick cuBLAS or a gemv tile for every batch-1 matmul shape of these weights."""
+        for lw in weights.layers:
+            if lw.qkv_bias is None:
+                self.plan.tune(lw.qkv)
+            self.plan.tune(lw.o)
+            self.plan.tune(lw.gate_up)
+            self.plan.tune(lw.down, swiglu=True)
+        self.plan.tune(weights.lm_head)
+
+    def linear(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
+               ) -> torch.Tensor:
+        return torch.nn.functional.linear(x, w, bias) if bias is not None else self.plan(x, w)
+
+    def swiglu_linear(self, gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return self.plan(gate_up.contiguous(), w, swiglu=True)
+
+    @staticmethod
+    def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        return rms_norm_rows(x.contiguous(), None, w, eps)
+
+    @staticmethod
+    def add_rms_norm(h: torch.Tensor, x: torch.Tensor, w: torch.Tensor, eps: float
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """h += x in place (h is the residual stream the model owns); returns (h, norm(h))."""
+        return h, rms_norm_rows(h, x.contiguous(), w, eps)
+
+    rope_write = staticmethod(rope_write)
+    silu_mul = staticmethod(silu_mul)
+    decode_attention = staticmethod(paged_decode_attention)
