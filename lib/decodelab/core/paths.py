@@ -27,7 +27,16 @@ def repo_root() -> Path:
 
 
 def reference_dir() -> Path:
-    return repo_root() / "data" / "reference"
+    """The shipped reference results. ``DECODELAB_REFERENCE`` overrides (tests point it at an
+    empty folder to reach the no-data paths)."""
+    env = os.environ.get("DECODELAB_REFERENCE")
+    return Path(env).resolve() if env else repo_root() / "data" / "reference"
+
+
+def reference_folders() -> tuple[str, ...]:
+    """Names of the folders in ``data/reference/`` (one per device or device group), sorted."""
+    root = reference_dir()
+    return tuple(sorted(p.name for p in root.iterdir() if p.is_dir())) if root.is_dir() else ()
 
 
 def local_dir() -> Path:

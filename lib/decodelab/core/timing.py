@@ -11,7 +11,6 @@ Clocks are injectable so the statistics can be tested exactly with fake clocks.
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -234,10 +233,3 @@ def auto_inner(fn: Callable[[], object], *, target_s: float = 2e-3, sync: Callab
             break
         n *= 2
     return n
-
-
-def fmt_us(seconds: float) -> str:
-    """Human-readable microseconds for tables and prose."""
-    if not math.isfinite(seconds):
-        return "n/a"
-    return f"{seconds * 1e6:.2f} µs"
