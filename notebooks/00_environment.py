@@ -21,9 +21,9 @@
 # shipped H200 reference.
 
 # %% tags=["parameters"]
-profile = "cpu"
-interactive = True
-calibrate_live = True
+profile = "auto"  # auto: gpu with a CUDA device, else cpu; smoke: tiny sizes
+interactive = True  # sliders and widgets (False under papermill: static figures)
+calibrate_live = True  # measure this machine's ceilings (False: stored results only)
 
 # %%
 import pandas as pd
@@ -36,7 +36,7 @@ from decodelab.env.calibrate import calibrate
 from decodelab.env.notebook import NotebookParams
 from decodelab.plots.environment import ceilings_figure
 
-params = NotebookParams(profile=profile, interactive=interactive, calibrate_live=calibrate_live)
+params = NotebookParams.from_cell(globals())
 plots.use_style()
 
 # %% [markdown]

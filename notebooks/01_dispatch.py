@@ -30,9 +30,9 @@
 # records) and **kernels per step**; the GPU **idle fraction** is 1 − device-busy / wall.
 
 # %% tags=["parameters"]
-profile = "cpu"
-interactive = True
-measure_live = True
+profile = "auto"  # auto: gpu with a CUDA device, else cpu; smoke: tiny sizes
+interactive = True  # sliders and widgets (False under papermill: static figures)
+measure_live = True  # measure this machine (without CUDA: eager on the CPU backend)
 
 # %%
 import pandas as pd
@@ -53,7 +53,7 @@ from decodelab.dispatch.analysis import sweep_base
 from decodelab.dispatch.notebook import NotebookParams
 from decodelab.plots import dispatch as figs
 
-params = NotebookParams(profile=profile, interactive=interactive, measure_live=measure_live)
+params = NotebookParams.from_cell(globals())
 plots.use_style()
 
 # %% [markdown]

@@ -31,12 +31,12 @@
 # results (labelled by origin) and measures nothing.
 
 # %% tags=["parameters"]
-profile = "cpu"
-interactive = True
-measure_live = True
-p_stop = 0.01
-sim_requests = 20000
-seed = 0
+profile = "auto"  # auto: gpu with a CUDA device, else cpu; smoke: tiny sizes
+interactive = True  # sliders and widgets (False under papermill: static figures)
+measure_live = True  # measure this machine's sweeps (needs a CUDA GPU)
+p_stop = 0.01  # stop probability per step in the trade-off figures
+sim_requests = 20000  # requests drawn in the trade-off simulation
+seed = 0  # seed of the trade-off simulation
 
 # %%
 import pandas as pd
@@ -67,8 +67,7 @@ from decodelab.replay.tradeoff import (
     tradeoff,
 )
 
-params = NotebookParams(profile=profile, interactive=interactive, measure_live=measure_live,
-                        p_stop=p_stop, sim_requests=sim_requests, seed=seed)
+params = NotebookParams.from_cell(globals())
 plots.use_style()
 
 # %% [markdown]

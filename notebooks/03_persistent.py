@@ -41,9 +41,8 @@
 # the shipped H200 reference results (labelled by origin) and measures nothing.
 
 # %% tags=["parameters"]
-profile = "cpu"
-interactive = True
-n_validate = 1000
+profile = "auto"  # auto: gpu with a CUDA device, else cpu; smoke: tiny sizes
+interactive = True  # sliders and widgets (False under papermill: static figures)
 
 # %%
 from IPython.display import Markdown, display
@@ -57,7 +56,7 @@ from decodelab.persistent.bench import bench
 from decodelab.persistent.notebook import NotebookParams
 from decodelab.plots import persistent as persistent_plots
 
-params = NotebookParams(profile=profile, interactive=interactive, n_validate=n_validate)
+params = NotebookParams.from_cell(globals())
 plots.use_style()
 
 # %% [markdown]

@@ -35,9 +35,9 @@
 # per-step breakdown, host overhead against batch size and a workload with Poisson arrivals.
 
 # %% tags=["parameters"]
-profile = "cpu"
-interactive = True
-run_bench = True
+profile = "auto"  # auto: gpu with a CUDA device, else cpu; smoke: tiny sizes
+interactive = True  # sliders and widgets (False under papermill: static figures)
+run_bench = True  # measure this machine (False: stored results only)
 
 # %%
 from IPython.display import Markdown, display
@@ -46,7 +46,7 @@ from decodelab import plots
 from decodelab.engine.notebook import NotebookParams, demo, load_tables, run_local_bench, summary
 from decodelab.plots import runtime as figs
 
-params = NotebookParams(profile=profile, interactive=interactive, run_bench=run_bench)
+params = NotebookParams.from_cell(globals())
 plots.use_style()
 
 # %% [markdown]

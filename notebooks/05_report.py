@@ -25,13 +25,13 @@
 # checked against ours.
 
 # %% tags=["parameters"]
-profile = "cpu"
-interactive = True
-reference = "h200"
-toy_config = "ultra-light"
-model_batch = 1
-runtime_batch = 32
-context = 512
+profile = "auto"  # auto: gpu with a CUDA device, else cpu; smoke: tiny sizes
+interactive = True  # sliders and widgets (False under papermill: static figures)
+reference = "h200"  # the reference results decomposed
+toy_config = "ultra-light"  # toy configuration of the toy regimes
+model_batch = 1  # batch of the transformer-decode regimes
+runtime_batch = 32  # batch of the runtime-loop regime
+context = 512  # tokens of context of the transformer-decode regimes
 
 # %%
 from dataclasses import replace
@@ -49,9 +49,7 @@ from decodelab.core.seed import SEED_SOURCE
 from decodelab.plots.report import decomposition_figure, empty_figure
 from decodelab.toy.step import NAMED_CONFIGS, named
 
-params = NotebookParams(profile=profile, interactive=interactive, reference=reference,
-                        toy_config=toy_config, model_batch=model_batch,
-                        runtime_batch=runtime_batch, context=context)
+params = NotebookParams.from_cell(globals())
 plots.use_style()
 tables = load_tables(params.origin)
 regimes, missing = decompose(tables, params.headline)

@@ -36,9 +36,9 @@
 # Before anything is timed, TP=2's logits are checked against TP=1's on the same weights.
 
 # %% tags=["parameters"]
-profile = "cpu"
-interactive = True
-run_bench = True
+profile = "auto"  # auto: gpu with a CUDA device, else cpu; smoke: tiny sizes
+interactive = True  # sliders and widgets (False under papermill: static figures)
+run_bench = True  # run the two-rank bench here (False: stored results only)
 
 # %%
 from IPython.display import Markdown, display
@@ -57,7 +57,7 @@ from decodelab.parallel.notebook import (
 )
 from decodelab.plots import parallel as figs
 
-params = NotebookParams(profile=profile, interactive=interactive, run_bench=run_bench)
+params = NotebookParams.from_cell(globals())
 HEADLINE_ORIGIN = "reference/h200x2"
 plots.use_style()
 

@@ -1,4 +1,4 @@
-"""``python -m decodelab``: env, bench, run, report.
+"""``python -m decodelab``: env, bench, params, run, report.
 
 Bad input (unknown phase, notebook, profile or parameter; a value of the wrong type or out of
 range) exits with code 2 and a message naming the value and what is allowed, before any
@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 
 from decodelab.core import paths
-from decodelab.core.profiles import PROFILES, default_profile
+from decodelab.core.profiles import CHOICES, resolve_profile
 from decodelab.core.validate import ConfigError
 
 REPORT_FILE = "decodelab-report.html"
+PROFILE_HELP = f"one of {', '.join(CHOICES)} (default auto: gpu with a CUDA device, else cpu)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,11 +27,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _check_profile(value: str | None) -> str:
-    if value is None:
-        return default_profile()
-    if value not in PROFILES:
-        raise ConfigError(f"unknown profile {value!r}; allowed: {', '.join(PROFILES)}")
-    return value
+    return resolve_profile(value)  # None and "auto": the hardware decides
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
@@ -69,6 +66,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.quiet:  # one phase inside `bench all`: the parent reports start and end
         return run_phase_quietly(phases[0], profile, out)
     return run_all(phases, profile, out)
+
+
+def _cmd_params(args: argparse.Namespace) -> int:
+    from decodelab import notebooks
+
+    names = [notebooks.resolve(args.notebook)] if args.notebook else notebooks.available()
+    print("\n\n".join(notebooks.describe_parameters(name) for name in names))
+    return 0
 
 
 def _parse_params(pairs: list[list[str]] | None) -> dict[str, str]:
@@ -114,23 +119,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m decodelab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p = sub.add_parser("env", help="print device info and calibrations")
-    p.add_argument("--profile", help=f"one of {', '.join(PROFILES)} (default: from hardware)")
+    p.add_argument("--profile", help=PROFILE_HELP)
     p.add_argument("--no-calibrate", action="store_true", help="only the device table")
     p.set_defaults(func=_cmd_env)
     p = sub.add_parser("bench", help="run a phase's measurements and write its result tables")
     p.add_argument("phase", help="a phase name or 'all'")
-    p.add_argument("--profile", help=f"one of {', '.join(PROFILES)} (default: from hardware)")
+    p.add_argument("--profile", help=PROFILE_HELP)
     p.add_argument("--out", help="output folder (default: data/local)")
     p.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=_cmd_bench)
+    p = sub.add_parser("params", help="list the notebooks' parameters (type, default, allowed)")
+    p.add_argument("notebook", nargs="?", help="one notebook (default: every notebook)")
+    p.set_defaults(func=_cmd_params)
     p = sub.add_parser("run", help="run one notebook through papermill")
     p.add_argument("notebook", help="e.g. 00_environment, 00 or environment")
     p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"))
-    p.add_argument("--profile", help=f"one of {', '.join(PROFILES)}")
+    p.add_argument("--profile", help=PROFILE_HELP)
     p.add_argument("--out", help="folder for the executed notebook")
     p.set_defaults(func=_cmd_run)
     p = sub.add_parser("report", help="run every notebook and export one HTML report")
-    p.add_argument("--profile", help=f"one of {', '.join(PROFILES)} (default: from hardware)")
+    p.add_argument("--profile", help=PROFILE_HELP)
     p.add_argument("--out", help="report folder (default: data/local/report)")
     p.set_defaults(func=_cmd_report)
     return parser

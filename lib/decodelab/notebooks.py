@@ -3,7 +3,8 @@
 The jupytext ``py:percent`` file ``notebooks/NN_name.py`` is the source; the paired ``.ipynb``
 is kept in sync for JupyterLab users. Runs build the notebook from the ``.py`` so the two can
 never disagree at run time. Each notebook's parameters are the fields of a params dataclass
-(``NOTEBOOK_PARAMS``) which validates them before anything runs.
+(``NOTEBOOK_PARAMS``): their names, defaults and allowed values come from it, it validates them
+before anything runs, and ``python -m decodelab params`` lists them from it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from decodelab.core import paths
+from decodelab.core.params import NotebookParams
 from decodelab.core.validate import ConfigError
 
 NOTEBOOK_PARAMS: dict[str, str] = {
@@ -100,11 +102,12 @@ def _coerce(name: str, key: str, raw: Any, default: Any) -> Any:
 
 
 def validate_parameters(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Merge overrides into the defaults, check names and types, build the params dataclass.
+    """Merge overrides into the dataclass defaults, check names and types, build the dataclass.
 
     Returns the full parameter dict that papermill will inject. Raises ConfigError.
     """
-    defaults = parameter_defaults(name)
+    params_cls = params_class(name)
+    defaults = {f.name: f.default for f in dataclasses.fields(params_cls)}
     unknown = [k for k in overrides if k not in defaults]
     if unknown:
         raise ConfigError(f"notebook {name}: unknown parameter {unknown[0]!r}; "
@@ -112,19 +115,30 @@ def validate_parameters(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
     merged = dict(defaults)
     for key, raw in overrides.items():
         merged[key] = _coerce(name, key, raw, defaults[key])
-    params_cls = _params_class(name)
-    if params_cls is not None:
-        fields = {f.name for f in dataclasses.fields(params_cls)}
-        params_cls(**{k: v for k, v in merged.items() if k in fields})
+    params_cls(**merged)
     return merged
 
 
-def _params_class(name: str):
+def params_class(name: str) -> type[NotebookParams]:
+    """The dataclass holding notebook ``name``'s parameters (``NOTEBOOK_PARAMS``)."""
     target = NOTEBOOK_PARAMS.get(name)
     if target is None:
-        return None
+        raise ConfigError(f"notebook {name!r} has no parameters class; known: "
+                          f"{', '.join(NOTEBOOK_PARAMS)}")
     module, _, attr = target.partition(":")
     return getattr(importlib.import_module(module), attr)
+
+
+def describe_parameters(name: str) -> str:
+    """A table of the notebook's parameters: name, type, default, allowed values, and what
+    each does, read from the same dataclass fields that validate them."""
+    rows = params_class(name).describe()
+    width = max(len(r.name) for r in rows)
+    lines = [f"{name}  (python -m decodelab run {name} -p NAME VALUE)"]
+    for r in rows:
+        lines.append(f"  {r.name:<{width}}  {r.type:<5} default {r.default!r:<13} {r.allowed}")
+        lines.append(f"  {'':<{width}}  # {r.doc}")
+    return "\n".join(lines)
 
 
 def run(name: str, overrides: dict[str, Any], out_dir: Path, *, progress: bool = True) -> Path:

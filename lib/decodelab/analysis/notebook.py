@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import ClassVar
 
 from decodelab.analysis.layers import HEADLINE_REFERENCE, Headline
+from decodelab.core import paths
 from decodelab.core.params import NotebookParams as BaseParams
-from decodelab.core.validate import ConfigError, check_choice, check_int
+from decodelab.core.params import param
 from decodelab.toy.step import NAMED_CONFIGS
 
 
@@ -18,21 +18,14 @@ class NotebookParams(BaseParams):
 
     NOTEBOOK: ClassVar[str] = "05_report"
 
-    reference: str = HEADLINE_REFERENCE  # data/reference/<reference>/: what is decomposed
-    toy_config: str = "ultra-light"
-    model_batch: int = 1
-    runtime_batch: int = 32
-    context: int = 512
-
-    def check(self) -> None:
-        if not (isinstance(self.reference, str) and re.fullmatch(r"[a-z0-9][a-z0-9_.-]*",
-                                                                  self.reference)):
-            raise ConfigError(f"{self.NOTEBOOK}.reference={self.reference!r}: must name a folder of "
-                              "data/reference/ (lower-case letters, digits, '_', '-', '.')")
-        check_choice(self.NOTEBOOK, "toy_config", self.toy_config, tuple(NAMED_CONFIGS))
-        check_int(self.NOTEBOOK, "model_batch", self.model_batch, 1, 4096)
-        check_int(self.NOTEBOOK, "runtime_batch", self.runtime_batch, 1, 4096)
-        check_int(self.NOTEBOOK, "context", self.context, 1, 1 << 20)
+    reference: str = param(HEADLINE_REFERENCE, "the reference results decomposed",
+                           choices=paths.reference_folders, what="a folder of data/reference/")
+    toy_config: str = param("ultra-light", "toy configuration of the toy regimes",
+                            choices=tuple(NAMED_CONFIGS))
+    model_batch: int = param(1, "batch of the transformer-decode regimes", low=1, high=4096)
+    runtime_batch: int = param(32, "batch of the runtime-loop regime", low=1, high=4096)
+    context: int = param(512, "tokens of context of the transformer-decode regimes",
+                         low=1, high=1 << 20)
 
     @property
     def headline(self) -> Headline:

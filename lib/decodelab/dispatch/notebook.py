@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from decodelab.core.params import NotebookParams as BaseParams
+from decodelab.core.params import param
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,7 +15,5 @@ class NotebookParams(BaseParams):
 
     NOTEBOOK: ClassVar[str] = "01_dispatch"
 
-    measure_live: bool = True  # measure on this machine (eager on the CPU backend without CUDA)
-
-    def check(self) -> None:
-        pass
+    measure_live: bool = param(True, "measure this machine (without CUDA: eager on the CPU "
+                                     "backend)")

@@ -14,6 +14,7 @@ from typing import ClassVar
 import pandas as pd
 
 from decodelab.core.params import NotebookParams as BaseParams
+from decodelab.core.params import param
 
 TABLES = ("runtime", "runtime_steps", "runtime_sampler", "runtime_batch", "runtime_requests",
           "runtime_errors")
@@ -25,7 +26,7 @@ class NotebookParams(BaseParams):
 
     NOTEBOOK: ClassVar[str] = "04_runtime"
 
-    run_bench: bool = True  # measure this machine (else show stored results only)
+    run_bench: bool = param(True, "measure this machine (False: stored results only)")
 
     @property
     def bench_profile(self) -> str:

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from decodelab.core.device import has_cuda
 from decodelab.core.params import NotebookParams as BaseParams
+from decodelab.core.params import param
 from decodelab.env.calibrate import CalibrationConfig
 
 
@@ -16,7 +17,8 @@ class NotebookParams(BaseParams):
 
     NOTEBOOK: ClassVar[str] = "00_environment"
 
-    calibrate_live: bool = True
+    calibrate_live: bool = param(True, "measure this machine's ceilings (False: stored results "
+                                       "only)")
 
     @property
     def calibration(self) -> CalibrationConfig:

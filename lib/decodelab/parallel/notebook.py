@@ -15,6 +15,7 @@ from typing import ClassVar
 import pandas as pd
 
 from decodelab.core.params import NotebookParams as BaseParams
+from decodelab.core.params import param
 
 __all__ = ["NotebookParams", "collectives_prose", "crossover_prose", "load_tables", "local_plan",
            "profile_prose", "run_local_bench"]
@@ -28,7 +29,7 @@ class NotebookParams(BaseParams):
 
     NOTEBOOK: ClassVar[str] = "06_multi_gpu"
 
-    run_bench: bool = True  # run the two-rank bench on this machine (else stored results only)
+    run_bench: bool = param(True, "run the two-rank bench here (False: stored results only)")
 
 
 def local_plan(profile: str) -> tuple[str, str]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from decodelab.core.params import NotebookParams as BaseParams
-from decodelab.core.validate import check_float, check_int
+from decodelab.core.params import param
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,12 +15,9 @@ class NotebookParams(BaseParams):
 
     NOTEBOOK: ClassVar[str] = "02_replay"
 
-    measure_live: bool = True  # measure on this machine when it has a CUDA GPU
-    p_stop: float = 0.01  # stop probability per step in the trade-off figures
-    sim_requests: int = 20000
-    seed: int = 0
-
-    def check(self) -> None:
-        check_float(self.NOTEBOOK, "p_stop", self.p_stop, 0.0, 1.0, low_open=True)
-        check_int(self.NOTEBOOK, "sim_requests", self.sim_requests, 1, 10**7)
-        check_int(self.NOTEBOOK, "seed", self.seed, 0, 2**32 - 1)
+    measure_live: bool = param(True, "measure this machine's sweeps (needs a CUDA GPU)")
+    p_stop: float = param(0.01, "stop probability per step in the trade-off figures",
+                          low=0.0, high=1.0, low_open=True)
+    sim_requests: int = param(20000, "requests drawn in the trade-off simulation",
+                              low=1, high=10**7)
+    seed: int = param(0, "seed of the trade-off simulation", low=0, high=2**32 - 1)
