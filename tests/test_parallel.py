@@ -139,5 +139,5 @@ def test_profile_step_counts_each_op_per_step():
     group = TPGroup(0, 1, torch.device("cpu"))
     a, b = torch.randn(64, 64), torch.randn(64, 64)
     rows = gather_rows(group, profile_step(lambda: torch.mm(a, b), group, steps=4, warmup=2))
-    mm = [r for r in rows if r["op"] == "aten::mm"]
-    assert len(mm) == 1 and mm[0]["calls_per_step"] == 1.0 and mm[0]["host_us_per_step"] > 0
+    mm = [r for r in rows if r.op == "aten::mm"]
+    assert len(mm) == 1 and mm[0].calls_per_step == 1.0 and mm[0].host_us_per_step > 0

@@ -48,6 +48,7 @@ from decodelab.core.results import write_table
 from decodelab.core.validate import check_choice
 from decodelab.engine import runs
 from decodelab.engine.config import EngineConfig
+from decodelab.engine.rows import BatchRow, RunStamp, RuntimeRow, StepRow, stamped
 from decodelab.model.config import named_config
 from decodelab.model.kv_cache import PagedKVCache
 from decodelab.model.llama import PagedLlama
@@ -135,10 +136,9 @@ def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Pa
     # kernels back to back (captured); the eager-issued time if capture was not possible.
     # With graphs the engine captures the faster of two-stage and direct selection (it times
     # both at its first step of each bucket), so its sampler is the faster of the two rows.
-    mixed_sampler_s = min(
-        (r["device_us"] if r["device_us"] == r["device_us"] else r["issued_us"]) * 1e-6
-        for r in sampler_rows if r["variant"] in (("partial_topk", "partial_topk_direct")
-                                                  if graphs is not None else ("partial_topk",)))
+    engine_selections = (("partial_topk", "partial_topk_direct") if graphs is not None
+                         else ("partial_topk",))
+    mixed_sampler_s = min(r.best_s for r in sampler_rows if r.variant in engine_selections)
 
     variants = {"engine": base, "no_async_output": replace(base, async_output=False),
                 "no_static_inputs": replace(base, static_inputs=False)}
@@ -146,44 +146,42 @@ def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Pa
         variants["no_graphs"] = replace(base, use_graphs=False)
     context = cfg.prompt_len + cfg.warmup_steps + cfg.chunk_steps * cfg.chunks // 2
     bare = runs.time_bare_forward(model, graphs, cfg.batch, context, cfg)
-    rows = [runs.runtime_row("bare_forward", cfg.batch, bare, bare, mixed_sampler_s)]
-    step_rows = []
+    rows = [RuntimeRow.of("bare_forward", cfg.batch, bare, bare, mixed_sampler_s)]
+    step_rows: list[StepRow] = []
     for name, ecfg in variants.items():
         res = _optional(name, lambda ecfg=ecfg: runs.time_engine(model, graphs, ecfg, cfg.batch,
                                                                   cfg), required=name == "engine")
         if res is not None:
-            rows.append(runs.runtime_row(name, cfg.batch, res, bare, mixed_sampler_s))
+            rows.append(RuntimeRow.of(name, cfg.batch, res, bare, mixed_sampler_s))
             if name == "engine":
-                step_rows += runs.step_rows(res.records, name)
-    eng = next(r for r in rows if r["variant"] == "engine")
-    print(f"[bench] runtime: batch {cfg.batch}: engine {eng['wall_us']:.0f} us/step vs bare "
-          f"forward {eng['wall_us'] / eng['ratio_to_bare']:.0f} us = {eng['ratio_to_bare']:.3f}x "
-          f"(target <= 1.10x); sampler {eng['sampler_device_us']:.0f} us = "
-          f"{eng['sampler_share']:.1%} of the step (target <= 3%)", flush=True)
+                step_rows += [StepRow.of(r, name) for r in res.records]
+    eng = next(r for r in rows if r.variant == "engine")
+    print(f"[bench] runtime: batch {cfg.batch}: engine {eng.wall_us:.0f} us/step vs bare "
+          f"forward {eng.wall_us / eng.ratio_to_bare:.0f} us = {eng.ratio_to_bare:.3f}x "
+          f"(target <= {eng.target_ratio:.2f}x); sampler {eng.sampler_device_us:.0f} us = "
+          f"{eng.sampler_share:.1%} of the step (target <= {eng.target_sampler_share:.0%})",
+          flush=True)
     res = _optional("sync_phases", lambda: runs.time_engine(
         model, graphs, replace(base, sync_phases=True), cfg.batch, cfg, ops=False))
     if res is not None:
-        step_rows += runs.step_rows(res.records, "engine_sync_phases")
+        step_rows += [StepRow.of(r, "engine_sync_phases") for r in res.records]
 
     def sweep():
         ctx = cfg.prompt_len + cfg.steady_steps // 2
-        return [runs.batch_row(b, runs.time_engine(model, graphs, base, b, cfg, ops=False),
-                               runs.time_bare_forward(model, graphs, b, ctx, cfg, ops=False))
+        return [BatchRow.of(b, runs.time_engine(model, graphs, base, b, cfg, ops=False),
+                            runs.time_bare_forward(model, graphs, b, ctx, cfg, ops=False))
                 for b in cfg.batches]
 
     batch_rows = _optional("batch sweep", sweep) or []
     request_rows, error_rows = _optional(
         "workload", lambda: runs.poisson_workload(model, graphs, base, cfg)) or ([], [])
-    extra = dict(model=cfg.model, dtype=cfg.dtype, block_size=cfg.block_size,
-                 graph_tokens_agree=agreement, bench_s=round(time.perf_counter() - t_start, 1))
-    for table in (rows, step_rows, sampler_rows, batch_rows, request_rows, error_rows):
-        for r in table:
-            r.update(extra)
+    stamp = RunStamp(cfg.model, cfg.dtype, cfg.block_size, agreement,
+                     round(time.perf_counter() - t_start, 1))
     tables = (("runtime", rows), ("runtime_steps", step_rows), ("runtime_sampler", sampler_rows),
               ("runtime_batch", batch_rows), ("runtime_requests", request_rows),
               ("runtime_errors", error_rows))
-    return [write_table(name, table, out_dir=out_dir, config=cfg, profile=profile)
-            for name, table in tables if table]
+    return [write_table(name, stamped(table, stamp), out_dir=out_dir, config=cfg,
+                        profile=profile) for name, table in tables if table]
 
 
 def _optional(name: str, fn, *, required: bool = False):

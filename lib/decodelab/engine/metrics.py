@@ -17,7 +17,7 @@ includes its device time (a diagnostic mode: the pipeline no longer overlaps).
 from __future__ import annotations
 
 from collections import Counter, deque
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 PHASES = ("schedule", "prepare", "forward", "sample", "update", "emit")
 
@@ -70,17 +70,3 @@ class Metrics:
 
     def error(self, kind: str) -> None:
         self.errors[kind] += 1
-
-    def step_rows(self) -> list[dict]:
-        rows = []
-        for r in self.steps:
-            row = asdict(r)
-            row["host"] = r.host
-            rows.append(row)
-        return rows
-
-    def request_rows(self) -> list[dict]:
-        return [asdict(r) for r in self.requests]
-
-    def error_rows(self) -> list[dict]:
-        return [{"error_class": k, "count": v} for k, v in sorted(self.errors.items())]

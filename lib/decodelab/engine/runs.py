@@ -16,8 +16,9 @@ from decodelab.core.timing import TimingConfig, time_cuda, time_host
 from decodelab.engine.batch import prefill_params
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.engine import Engine
-from decodelab.engine.metrics import PHASES, StepRecord
+from decodelab.engine.metrics import StepRecord
 from decodelab.engine.requests import InvalidRequestError, Request, SamplingParams, Sequence
+from decodelab.engine.rows import ErrorRow, RequestRow, SamplerRow
 from decodelab.engine.sampler import (
     PenaltyState,
     SamplerMode,
@@ -209,7 +210,7 @@ def bench_logits(model, batch: int) -> torch.Tensor:
     return logits
 
 
-def sampler_rows(logits: torch.Tensor, dev: torch.device) -> list[dict]:
+def sampler_rows(logits: torch.Tensor, dev: torch.device) -> list[SamplerRow]:
     """Device time of the engine's sample step alone (the sampler with its last-token scatter
     and packed output); partial selection validated against the full sort first."""
     b, vocab = logits.shape
@@ -243,9 +244,9 @@ def sampler_rows(logits: torch.Tensor, dev: torch.device) -> list[dict]:
             t = time_host(fn, tcfg)
             issued_s = device_s = t.wall_stats().median
             host_s = t.host_stats().median
-        rows.append(dict(variant=name, batch=b, vocab=vocab, k_cand=m.k_cand,
-                         device_us=device_s * 1e6, issued_us=issued_s * 1e6,
-                         host_us=host_s * 1e6, partial_vs_sort_agree=agree))
+        rows.append(SamplerRow(name, b, vocab, m.k_cand, device_us=device_s * 1e6,
+                               issued_us=issued_s * 1e6, host_us=host_s * 1e6,
+                               partial_vs_sort_agree=agree))
     return rows
 
 
@@ -265,39 +266,6 @@ def _graph_device_time(fn, tcfg: TimingConfig) -> float:
     except Exception as exc:  # noqa: BLE001 - optional diagnostic
         print(f"[bench] runtime: sampler graph timing skipped: {exc}", flush=True)
         return NAN
-
-
-def runtime_row(variant: str, batch: int, res: RunResult, bare: RunResult,
-                sampler_s: float) -> dict:
-    rec = res.records
-
-    def med(fn) -> float:
-        return statistics.median(fn(r) for r in rec) * 1e6 if rec else NAN
-
-    wall = res.wall
-    return dict(variant=variant, batch=batch, wall_us=wall * 1e6,
-                wall_min_us=min(res.walls) * 1e6, wall_max_us=max(res.walls) * 1e6,
-                host_us=res.host * 1e6, orchestration_us=med(lambda r: r.host),
-                sample_phase_us=med(lambda r: r.sample), sync_wait_us=med(lambda r: r.sync_wait),
-                tokens_per_s=batch / wall, ratio_to_bare=wall / bare.wall,
-                sampler_device_us=sampler_s * 1e6, sampler_share=sampler_s / wall,
-                sample_phase_share=med(lambda r: r.sample) * 1e-6 / wall,
-                device_ops_per_step=res.device_ops, launches_per_step=res.launches,
-                target_ratio=1.10, target_sampler_share=0.03)
-
-
-def step_rows(records: list[StepRecord], variant: str) -> list[dict]:
-    return [dict(variant=variant, step=r.step, batch=r.batch, bucket=r.bucket,
-                 **{f"{p}_us": getattr(r, p) * 1e6 for p in PHASES},
-                 sync_wait_us=r.sync_wait * 1e6, wall_us=r.wall * 1e6, host_us=r.host * 1e6)
-            for r in records]
-
-
-def batch_row(batch: int, eng: RunResult, bare: RunResult) -> dict:
-    return dict(batch=batch, engine_wall_us=eng.wall * 1e6, bare_wall_us=bare.wall * 1e6,
-                ratio_to_bare=eng.wall / bare.wall, engine_host_us=eng.host * 1e6,
-                orchestration_us=statistics.median(r.host for r in eng.records) * 1e6,
-                bare_host_us=bare.host * 1e6, tokens_per_s=batch / eng.wall)
 
 
 def _faults(eng: Engine, i: int):
@@ -323,7 +291,8 @@ def _poison(rows, logits) -> None:
             logits[r].fill_(float("nan"))
 
 
-def poisson_workload(model, graphs, base: EngineConfig, cfg) -> tuple[list[dict], list[dict]]:
+def poisson_workload(model, graphs, base: EngineConfig, cfg
+                     ) -> tuple[list[RequestRow], list[ErrorRow]]:
     """Requests arriving as a Poisson process, ~10% failing in each error class, plus two
     malformed ones. Returns (per-request rows: TTFT/TPOT, status, reason, overall throughput;
     outcome and error counts by class)."""
@@ -358,10 +327,8 @@ def poisson_workload(model, graphs, base: EngineConfig, cfg) -> tuple[list[dict]
     if eng.pool.num_free != eng.pool.num_total:
         raise RuntimeError("the workload leaked cache blocks")
     throughput = eng.metrics.tokens_out / duration
-    requests = [dict(r, ttft_ms=r["ttft_s"] * 1e3, tpot_ms=r["tpot_s"] * 1e3,
-                     arrival_rate=cfg.workload_rate, workload_s=duration,
-                     throughput_tok_s=throughput) for r in eng.metrics.request_rows()]
-    counts = [dict(kind="error", name=k, count=v) for k, v in sorted(eng.metrics.errors.items())]
-    counts += [dict(kind="outcome", name=k, count=v)
-               for k, v in sorted(eng.metrics.outcomes.items())]
+    requests = [RequestRow.of(r, cfg.workload_rate, duration, throughput)
+                for r in eng.metrics.requests]
+    counts = [ErrorRow("error", k, v) for k, v in sorted(eng.metrics.errors.items())]
+    counts += [ErrorRow("outcome", k, v) for k, v in sorted(eng.metrics.outcomes.items())]
     return requests, counts

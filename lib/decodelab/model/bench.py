@@ -22,7 +22,7 @@ one the model uses.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -36,6 +36,7 @@ from decodelab.model import check as checks
 from decodelab.model.config import named_config
 from decodelab.model.kv_cache import PagedKVCache
 from decodelab.model.llama import PagedLlama
+from decodelab.model.rows import KernelRow, LinearRow, PagedModelRow
 from decodelab.model.weights import from_state_dict, random_state_dict
 from decodelab.model.workload import copy_bandwidth_gb_s, decode_inputs, on_bench_device
 
@@ -74,19 +75,8 @@ class PagedModelBenchConfig:
         return TimingConfig(self.warmup, self.repeats, self.inner)
 
 
-def _row(mode, batch, context, wall, host, device_s, nbytes, bw, **extra) -> dict:
-    """One result row; graph-only columns are NaN elsewhere so every run has one schema."""
-    nan = float("nan")
-    extra = dict(dict(capture_s=nan, graph_mem_mib=nan, bucket=nan), **extra)
-    return dict(mode=mode, batch=batch, context=context, ms_per_token=wall * 1e3,
-                device_ms_per_step=device_s * 1e3, host_ms_per_step=host * 1e3,
-                tokens_per_s=batch / wall, bytes_per_step=nbytes,
-                achieved_gb_s=nbytes / wall / 1e9, copy_gb_s=bw,
-                roofline_fraction=nbytes / (bw * 1e9) / wall, **extra)
-
-
 def _time_ours(model: PagedLlama, graphs, cfg: PagedModelBenchConfig, step_bytes, bw: float,
-               checked: dict[str, float]) -> list[dict]:
+               checked: dict[str, float]) -> list[PagedModelRow]:
     """Eager and graph rows for every context x batch, each on its own fresh sequences."""
     rows, dev = [], model.device
     for context in cfg.contexts:
@@ -99,9 +89,9 @@ def _time_ours(model: PagedLlama, graphs, cfg: PagedModelBenchConfig, step_bytes
                 wall, host, dev_s = median_times(fn, dev.type == "cuda", cfg.timing)
                 extra = dict(capture_s=graphs.capture_s, graph_mem_mib=graphs.graph_mem_mib,
                              bucket=graphs.bucket_for(batch)) if mode == "graph" else {}
-                rows.append(_row(mode, batch, context, wall, host, dev_s,
-                                 step_bytes(batch, context), bw, max_rel_err=checked[mode],
-                                 **extra))
+                rows.append(PagedModelRow.measured(mode, batch, context, wall, host, dev_s,
+                                                   step_bytes(batch, context), bw,
+                                                   max_rel_err=checked[mode], **extra))
             for t in tables:
                 model.cache.pool.free(t)
     return rows
@@ -141,31 +131,33 @@ def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list
     has_graphs = graphs is not None
     del graphs, model, cache  # free the KV pool (and graph memory) before the peers run
     if hf is not None:
-        rows += checks.hf_rows(hf, mcfg, cfg, _row, step_bytes, bw, checked["hf"])
+        rows += checks.hf_rows(hf, mcfg, cfg, PagedModelRow.measured, step_bytes, bw,
+                               checked["hf"])
     del hf, sd
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     kernels = checks.kernel_profile_isolated(cfg.model, cfg.dtype, cfg.block_size,
                                              blocks_per_seq) if has_graphs else None
-    for r in rows:
-        r.update(model=cfg.model, dtype=cfg.dtype, block_size=cfg.block_size,
-                 bench_s=round(time.perf_counter() - t_start, 1))
+    bench_s = round(time.perf_counter() - t_start, 1)
+    rows = [replace(r, model=cfg.model, dtype=cfg.dtype, block_size=cfg.block_size,
+                    bench_s=bench_s) for r in rows]
     paths = [write_table("paged_model", rows, out_dir=out_dir, config=cfg, profile=profile)]
-    for name, extra in (("paged_model_kernels", kernels), ("paged_model_linear", linear)):
+    kernel_rows = [KernelRow(**r) for r in kernels or []]
+    for name, extra in (("paged_model_kernels", kernel_rows), ("paged_model_linear", linear)):
         if extra:
             paths.append(write_table(name, extra, out_dir=out_dir, config=cfg, profile=profile))
     return paths
 
 
-def _linear_rows(model: PagedLlama) -> list[dict]:
+def _linear_rows(model: PagedLlama) -> list[LinearRow]:
     """The batch-1 matmul choice per weight shape: every candidate's time and bandwidth."""
     plan = getattr(model.ops, "plan", None)
+    esize = model.weights.embed.element_size()
     rows = []
     for (n, k, swiglu), times in (plan.timings.items() if plan else []):
         chosen = plan.choice[(n, k, swiglu)]
+        used = "cublas" if chosen is None else f"gemv_{chosen[0]}x{chosen[1]}w{chosen[2]}"
         for cand, us in times.items():
-            rows.append(dict(n=n, k=k, swiglu=swiglu, candidate=cand, us=us,
-                             weight_gb_s=n * k * model.weights.embed.element_size() / us / 1e3,
-                             chosen=cand == ("cublas" if chosen is None else
-                                             f"gemv_{chosen[0]}x{chosen[1]}w{chosen[2]}")))
+            rows.append(LinearRow(n, k, swiglu, cand, us, weight_gb_s=n * k * esize / us / 1e3,
+                                  chosen=cand == used))
     return rows

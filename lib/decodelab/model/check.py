@@ -19,6 +19,7 @@ from decodelab.model.config import ModelConfig
 from decodelab.model.graphs import DecodeGraphs
 from decodelab.model.kv_cache import PagedKVCache
 from decodelab.model.llama import PagedLlama, greedy_generate
+from decodelab.model.rows import PagedModelRow
 
 HF_BF16_RTOL = 0.05
 TRITON_RTOL = 1e-2
@@ -200,7 +201,7 @@ def _generate_s(hf, ids, n: int, static: bool) -> float:
 
 
 def hf_rows(hf, config: ModelConfig, cfg, row_fn, step_bytes, bw: float, err: float
-            ) -> list[dict]:
+            ) -> list[PagedModelRow]:
     """transformers' generate, default and static cache: decode-only time per token."""
     context, n, reps, rows = cfg.contexts[0], cfg.hf_new_tokens, max(3, cfg.repeats // 2), []
     for batch in cfg.hf_batches:

@@ -54,6 +54,7 @@ from decodelab.parallel.check import (
 )
 from decodelab.parallel.group import NO_MULTICAST_ENV, TPGroup, init_world, shutdown, sub_group
 from decodelab.parallel.profile import gather_rows, profile_step
+from decodelab.parallel.rows import ProfileRow, R, TPChecks, TPRow, stamped
 from decodelab.parallel.shard import check_tp
 
 SWEEP_BYTES = tuple(1 << k for k in range(10, 29))  # 1 KiB .. 256 MiB
@@ -148,24 +149,22 @@ def _bench(cfg: TPBenchConfig, world: TPGroup, out_dir: Path) -> list[Path]:
     cuda = world.device.type == "cuda"
     dtype = getattr(torch, cfg.dtype)
     bw = copy_bandwidth_gb_s(world.device, (1 << 30) if cuda else (64 << 20), cfg.timing)
-    rows: list[dict] = []
+    rows: list[TPRow] = []
     meta = dict(config=cfg, world_size=world.size, backend="nccl" if cuda else "gloo",
                 nccl=".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
                 multicast_env={k: os.environ.get(k) for k in NO_MULTICAST_ENV})
     paths: list[Path] = []
 
-    def write(name: str, table: list[dict]) -> None:  # after each part: a stall loses no more
-        for r in table:
-            r.setdefault("bench_s", round(time.perf_counter() - t0, 1))
-            r["world_size"] = world.size
+    def write(name: str, table: list[R]) -> list[R]:  # after each part: a stall loses no more
+        table = stamped(table, round(time.perf_counter() - t0, 1), world.size)
         if world.rank == 0 and table:
             path = write_table(name, table, out_dir=out_dir, config=meta, profile=cfg.profile)
             if path not in paths:
                 paths.append(path)
+        return table
 
     for name in cfg.models:
-        rows += _bench_model(cfg, world, name, dtype, bw)
-        write("tp", rows)
+        rows = write("tp", rows + _bench_model(cfg, world, name, dtype, bw))
     if world.size > 1:
         modes = ("eager", "graph") if cuda else ("eager",)
         _log(world, "all-reduce sweep")
@@ -178,7 +177,7 @@ def _bench(cfg: TPBenchConfig, world: TPGroup, out_dir: Path) -> list[Path]:
     return paths
 
 
-def _profile_rows(cfg: TPBenchConfig, world: TPGroup, dtype: torch.dtype) -> list[dict]:
+def _profile_rows(cfg: TPBenchConfig, world: TPGroup, dtype: torch.dtype) -> list[ProfileRow]:
     """Per-op host and device time of one TP=world step of the first model, batch 1, eager and
     graph, on every rank (gathered on rank 0)."""
     config = named_config(cfg.models[0])
@@ -192,21 +191,20 @@ def _profile_rows(cfg: TPBenchConfig, world: TPGroup, dtype: torch.dtype) -> lis
         steps["graph"] = DecodeGraphs(model, (1,), width).run
     rows = []
     for mode, step in steps.items():
-        for r in profile_step(lambda step=step: step(*inputs), world):
-            rows.append(dict(model=config.name, tp=world.size, mode=mode, batch=1,
-                             context=cfg.context, **r))
+        for op in profile_step(lambda step=step: step(*inputs), world):
+            rows.append(ProfileRow.of(config.name, world.size, mode, 1, cfg.context, op))
     for t in tables:
         model.cache.pool.free(t)
     return gather_rows(world, rows)
 
 
 def _bench_model(cfg: TPBenchConfig, world: TPGroup, name: str, dtype: torch.dtype,
-                 bw: float) -> list[dict]:
+                 bw: float) -> list[TPRow]:
     """TP=1 (rank 0 alone), then TP=world, for one model shape; rows on rank 0."""
     config = named_config(name)
     full = random_weights(config, seed=0, dtype=dtype, device=world.device)
     width = -(-cfg.context // cfg.block_size) + 1
-    rows: list[dict] = []
+    rows: list[TPRow] = []
     reference: list = [None]  # TP=1's teacher-forcing tokens and logits, shared by broadcast
     for tp in sorted({1, world.size}):
         group = sub_group(world, tp)
@@ -218,7 +216,7 @@ def _bench_model(cfg: TPBenchConfig, world: TPGroup, name: str, dtype: torch.dty
 
 
 def _bench_tp(cfg, group: TPGroup, config, full, width: int, bw: float, reference: list
-              ) -> list[dict]:
+              ) -> list[TPRow]:
     cuda = group.device.type == "cuda"
     max_batch = max(cfg.graph_batches + cfg.eager_batches)
     model = build_model(config, full, group, num_blocks=max_batch * width + 64,
@@ -267,25 +265,25 @@ def _measure(cfg, group: TPGroup, mode: str, step, no_comm, inputs, msgs: coll.S
     return wall, host, dev, t_no_comm, t_alone
 
 
-def _validate(cfg, group: TPGroup, model, graphs, reference: list) -> dict:
+def _validate(cfg, group: TPGroup, model, graphs, reference: list) -> TPChecks:
     """Graph against eager, and this TP size against TP=1 (rank 0's first run): raises on a
     disagreement before anything is timed. Every rank ends with the same verdicts."""
     batch = prompts(model.full_config, 4)
     n = cfg.check_tokens
     eager = greedy(model, batch, n)
-    out = dict(graph_equals_eager=float("nan"), max_rel_err_vs_tp1=0.0, tokens_equal_tp1=True)
+    graph_equals_eager: bool | float = float("nan")
     bound = TP_BF16_RTOL if model.dtype == torch.bfloat16 else TP_FP32_RTOL
     if graphs is not None:
         graph = greedy(model, batch, n, step=graphs.run)
         problems = unexplained_divergences(eager, graph, bound)
         if problems:
             raise AssertionError(f"tp={group.size}: graph decode differs from eager: {problems}")
-        out["graph_equals_eager"] = graph[0] == eager[0]
-        if graph[0] != eager[0]:
+        graph_equals_eager = graph[0] == eager[0]
+        if not graph_equals_eager:
             _log(group, "graph and eager greedy runs part at a near tie")
     if group.size == 1:
         reference[0] = eager
-        return out
+        return TPChecks(graph_equals_eager)
     ref_obj = [reference[0]]
     dist.broadcast_object_list(ref_obj, src=0, group=group.group)  # rank 0 ran TP=1
     ref_tokens, ref_logits = ref_obj[0]
@@ -293,8 +291,7 @@ def _validate(cfg, group: TPGroup, model, graphs, reference: list) -> dict:
     err = rel_err(forced[1], ref_logits)
     if err > bound:
         raise AssertionError(f"tp={group.size} logits vs tp=1: {err:.3g} > {bound}")
-    out.update(max_rel_err_vs_tp1=err, tokens_equal_tp1=eager[0] == ref_tokens)
-    return out
+    return TPChecks(graph_equals_eager, err, eager[0] == ref_tokens)
 
 
 def _time(group: TPGroup, fn, cfg: TimingConfig) -> tuple[float, float, float]:
@@ -311,20 +308,23 @@ def _messages(model, rows: int) -> coll.StepMessages:
 
 
 def _row(cfg, model, group: TPGroup, mode: str, batch: int, msgs: coll.StepMessages,
-         wall, host, dev, t_no_comm, t_alone, bw: float, checks: dict, graphs) -> dict:
+         wall, host, dev, t_no_comm, t_alone, bw: float, checks: TPChecks, graphs) -> TPRow:
     kv_token = model.config.kv_bytes_per_token(model.cache.k.element_size())
     nbytes = model.weights.nbytes_per_step(batch) + batch * cfg.context * kv_token
     nan = float("nan")
     graph = mode == "graph"
-    return dict(
+    comm = group.size > 1
+    return TPRow(
         model=model.full_config.name, tp=group.size, mode=mode, batch=batch,
         bucket=msgs.batch if graph else nan, context=cfg.context, dtype=cfg.dtype,
         ms_per_token=wall * 1e3, device_ms_per_step=dev * 1e3, host_ms_per_step=host * 1e3,
         tokens_per_s=batch / wall, ms_no_comm=t_no_comm * 1e3,
         comm_ms=(wall - t_no_comm) * 1e3, ms_comm_alone=t_alone * 1e3,
-        all_reduces_per_step=msgs.all_reduces if group.size > 1 else 0,
-        all_reduce_bytes=msgs.all_reduce_bytes if group.size > 1 else 0,
-        all_gather_bytes=msgs.all_gather_bytes if group.size > 1 else 0,
+        all_reduces_per_step=msgs.all_reduces if comm else 0,
+        all_reduce_bytes=msgs.all_reduce_bytes if comm else 0,
+        all_gather_bytes=msgs.all_gather_bytes if comm else 0,
         bytes_per_rank=nbytes, copy_gb_s=bw, roofline_fraction=nbytes / (bw * 1e9) / wall,
         capture_s=graphs.capture_s if graph else nan,
-        graph_mem_mib=graphs.graph_mem_mib if graph else nan, **checks)
+        graph_mem_mib=graphs.graph_mem_mib if graph else nan,
+        graph_equals_eager=checks.graph_equals_eager,
+        max_rel_err_vs_tp1=checks.max_rel_err_vs_tp1, tokens_equal_tp1=checks.tokens_equal_tp1)

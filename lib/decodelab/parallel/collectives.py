@@ -17,6 +17,7 @@ from decodelab.core.capture import capture, warm_up
 from decodelab.core.timing import TimingConfig, median_times
 from decodelab.core.validate import ConfigError
 from decodelab.parallel.group import TPGroup
+from decodelab.parallel.rows import CollectiveRow
 
 
 def bus_bandwidth_gb_s(nbytes: int, seconds: float, ranks: int) -> float:
@@ -77,7 +78,8 @@ def time_ops(group: TPGroup, ops: Callable[[], None], refill: Callable[[], None]
 
 
 def all_reduce_sweep(group: TPGroup, sizes_bytes: tuple[int, ...], modes: tuple[str, ...],
-                     dtype: torch.dtype, ops_per_sample: int, samples: int) -> list[dict]:
+                     dtype: torch.dtype, ops_per_sample: int, samples: int
+                     ) -> list[CollectiveRow]:
     """One row per (message size, mode): latency per all-reduce and bus bandwidth."""
     rows = []
     esize = torch.tensor([], dtype=dtype).element_size()
@@ -95,12 +97,12 @@ def all_reduce_sweep(group: TPGroup, sizes_bytes: tuple[int, ...], modes: tuple[
         for mode in modes:
             t = time_ops(group, ops, lambda buf=buf, src=src: buf.copy_(src), ops_per_sample,
                          mode, samples)
-            rows.append(dict(op="all_reduce", mode=mode, ranks=group.size, nbytes=numel * esize,
-                             dtype=str(dtype).removeprefix("torch."), us_per_op=t.wall_s * 1e6,
-                             device_us_per_op=t.device_s * 1e6, host_us_per_op=t.host_s * 1e6,
-                             algbw_gb_s=numel * esize / t.wall_s / 1e9,
-                             busbw_gb_s=bus_bandwidth_gb_s(numel * esize, t.wall_s, group.size),
-                             ops_per_sample=ops_per_sample, samples=samples))
+            rows.append(CollectiveRow(
+                "all_reduce", mode, group.size, numel * esize, str(dtype).removeprefix("torch."),
+                us_per_op=t.wall_s * 1e6, device_us_per_op=t.device_s * 1e6,
+                host_us_per_op=t.host_s * 1e6, algbw_gb_s=numel * esize / t.wall_s / 1e9,
+                busbw_gb_s=bus_bandwidth_gb_s(numel * esize, t.wall_s, group.size),
+                ops_per_sample=ops_per_sample, samples=samples))
         del src, buf
     return rows
 

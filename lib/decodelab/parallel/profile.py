@@ -13,10 +13,11 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from decodelab.parallel.group import TPGroup
+from decodelab.parallel.rows import OpTime, R
 
 
 def profile_step(step: Callable[[], object], group: TPGroup, steps: int = 5,
-                 warmup: int = 3) -> list[dict]:
+                 warmup: int = 3) -> list[OpTime]:
     """Per operation name: calls, host µs and device µs per step on this rank (self times, so
     nested calls are not counted twice).
 
@@ -48,12 +49,12 @@ def profile_step(step: Callable[[], object], group: TPGroup, steps: int = 5,
             dev = getattr(e, "self_cuda_time_total", 0.0)
         if host <= 0 and dev <= 0:
             continue
-        rows.append(dict(rank=group.rank, op=e.key[:160], calls_per_step=e.count / steps,
-                         host_us_per_step=host / steps, device_us_per_step=dev / steps))
+        rows.append(OpTime(group.rank, e.key[:160], calls_per_step=e.count / steps,
+                           host_us_per_step=host / steps, device_us_per_step=dev / steps))
     return rows
 
 
-def gather_rows(group: TPGroup, rows: list[dict]) -> list[dict]:
+def gather_rows(group: TPGroup, rows: list[R]) -> list[R]:
     """Every rank's rows on rank 0 (other ranks get an empty list)."""
     if group.size == 1:
         return rows

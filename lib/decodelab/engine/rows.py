@@ -1,0 +1,214 @@
+"""Result rows of ``bench runtime``: one frozen dataclass per table, its fields in column order
+(``write_table`` adds ``device`` and ``torch_version`` in front). Imports no torch.
+
+Every table ends with the run's own columns (model .. bench_s), filled when the run ends by
+:func:`stamped`; until then they hold placeholders.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from decodelab.engine.metrics import RequestRecord, StepRecord
+    from decodelab.engine.runs import RunResult
+
+NAN = float("nan")
+TARGET_RATIO = 1.10  # engine step / bare forward step the engine aims to stay under
+TARGET_SAMPLER_SHARE = 0.03  # sampler device time / engine step the sampler aims to stay under
+
+
+@dataclass(frozen=True, slots=True)
+class RunStamp:
+    """What every row of one bench run shares."""
+
+    model: str
+    dtype: str
+    block_size: int
+    graph_tokens_agree: float  # validate_engine's fraction of equal tokens
+    bench_s: float  # seconds the whole run took
+
+
+R = TypeVar("R")
+
+
+def stamped(rows: list[R], stamp: RunStamp) -> list[R]:
+    """``rows`` with the run's columns filled in."""
+    return [replace(r, **asdict(stamp)) for r in rows]
+
+
+def _us(seconds: float) -> float:
+    return seconds * 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeRow:
+    """Table ``runtime``: steady decode of one variant (the engine, one technique off, or the
+    bare forward step)."""
+
+    variant: str
+    batch: int
+    wall_us: float  # per step, median over chunks
+    wall_min_us: float
+    wall_max_us: float
+    host_us: float
+    orchestration_us: float  # host time outside the forward (engine's breakdown)
+    sample_phase_us: float
+    sync_wait_us: float
+    tokens_per_s: float
+    ratio_to_bare: float
+    sampler_device_us: float  # the sampler alone (runtime_sampler)
+    sampler_share: float
+    sample_phase_share: float
+    device_ops_per_step: float  # profiler; NaN where unavailable
+    launches_per_step: float
+    target_ratio: float = TARGET_RATIO
+    target_sampler_share: float = TARGET_SAMPLER_SHARE
+    model: str = ""
+    dtype: str = ""
+    block_size: int = 0
+    graph_tokens_agree: float = NAN
+    bench_s: float = NAN
+
+    @classmethod
+    def of(cls, variant: str, batch: int, res: RunResult, bare: RunResult,
+           sampler_s: float) -> RuntimeRow:
+        rec, wall = res.records, res.wall
+
+        def med(phase: str) -> float:
+            return _us(statistics.median(getattr(r, phase) for r in rec)) if rec else NAN
+
+        return cls(variant, batch, wall_us=_us(wall), wall_min_us=_us(min(res.walls)),
+                   wall_max_us=_us(max(res.walls)), host_us=_us(res.host),
+                   orchestration_us=med("host"), sample_phase_us=med("sample"),
+                   sync_wait_us=med("sync_wait"), tokens_per_s=batch / wall,
+                   ratio_to_bare=wall / bare.wall, sampler_device_us=_us(sampler_s),
+                   sampler_share=sampler_s / wall, sample_phase_share=med("sample") * 1e-6 / wall,
+                   device_ops_per_step=res.device_ops, launches_per_step=res.launches)
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    """Table ``runtime_steps``: one engine step's breakdown (metrics.PHASES, in µs)."""
+
+    variant: str
+    step: int
+    batch: int
+    bucket: int
+    schedule_us: float
+    prepare_us: float
+    forward_us: float
+    sample_us: float
+    update_us: float
+    emit_us: float
+    sync_wait_us: float
+    wall_us: float
+    host_us: float
+    model: str = ""
+    dtype: str = ""
+    block_size: int = 0
+    graph_tokens_agree: float = NAN
+    bench_s: float = NAN
+
+    @classmethod
+    def of(cls, rec: StepRecord, variant: str) -> StepRow:
+        return cls(variant, rec.step, rec.batch, rec.bucket, _us(rec.schedule),
+                   _us(rec.prepare), _us(rec.forward), _us(rec.sample), _us(rec.update),
+                   _us(rec.emit), _us(rec.sync_wait), _us(rec.wall), _us(rec.host))
+
+
+@dataclass(frozen=True, slots=True)
+class SamplerRow:
+    """Table ``runtime_sampler``: the engine's sample step alone, one selection variant."""
+
+    variant: str
+    batch: int
+    vocab: int
+    k_cand: int  # candidates of partial selection; 0 = full sort
+    device_us: float  # kernels back to back (graph replay); NaN if capture failed
+    issued_us: float  # CUDA-event time issued op by op
+    host_us: float
+    partial_vs_sort_agree: float
+    model: str = ""
+    dtype: str = ""
+    block_size: int = 0
+    graph_tokens_agree: float = NAN
+    bench_s: float = NAN
+
+    @property
+    def best_s(self) -> float:
+        """Device seconds of this variant: ``device_us``, else the eager-issued time."""
+        return (self.issued_us if self.device_us != self.device_us else self.device_us) * 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRow:
+    """Table ``runtime_batch``: the engine against the bare forward step at one batch."""
+
+    batch: int
+    engine_wall_us: float
+    bare_wall_us: float
+    ratio_to_bare: float
+    engine_host_us: float
+    orchestration_us: float
+    bare_host_us: float
+    tokens_per_s: float
+    model: str = ""
+    dtype: str = ""
+    block_size: int = 0
+    graph_tokens_agree: float = NAN
+    bench_s: float = NAN
+
+    @classmethod
+    def of(cls, batch: int, eng: RunResult, bare: RunResult) -> BatchRow:
+        return cls(batch, _us(eng.wall), _us(bare.wall), eng.wall / bare.wall, _us(eng.host),
+                   _us(statistics.median(r.host for r in eng.records)), _us(bare.host),
+                   batch / eng.wall)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRow:
+    """Table ``runtime_requests``: one request of the Poisson workload."""
+
+    request_id: str
+    status: str
+    finish_reason: str
+    prompt_tokens: int
+    output_tokens: int
+    preemptions: int
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    ttft_ms: float
+    tpot_ms: float
+    arrival_rate: float  # requests per second of the workload
+    workload_s: float
+    throughput_tok_s: float  # the whole workload's tokens per second
+    model: str = ""
+    dtype: str = ""
+    block_size: int = 0
+    graph_tokens_agree: float = NAN
+    bench_s: float = NAN
+
+    @classmethod
+    def of(cls, r: RequestRecord, arrival_rate: float, workload_s: float,
+           throughput: float) -> RequestRow:
+        return cls(r.request_id, r.status, r.finish_reason, r.prompt_tokens, r.output_tokens,
+                   r.preemptions, r.ttft_s, r.tpot_s, r.e2e_s, r.ttft_s * 1e3, r.tpot_s * 1e3,
+                   arrival_rate, workload_s, throughput)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorRow:
+    """Table ``runtime_errors``: one outcome or error class of the workload, counted."""
+
+    kind: str  # error or outcome
+    name: str
+    count: int
+    model: str = ""
+    dtype: str = ""
+    block_size: int = 0
+    graph_tokens_agree: float = NAN
+    bench_s: float = NAN

@@ -1,0 +1,92 @@
+"""The result rows of the model, engine and tensor-parallel benches have exactly the columns,
+in the same order, of the committed reference tables: one row of each type is built through
+its own constructor, written with ``write_table``, and its CSV header compared with the
+reference CSV's. A field added, dropped, renamed or moved fails here."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import fields
+
+import pytest
+
+from decodelab.core import paths
+from decodelab.core.results import write_table
+from decodelab.engine.metrics import RequestRecord, StepRecord
+from decodelab.engine.rows import (
+    BatchRow,
+    ErrorRow,
+    RequestRow,
+    RunStamp,
+    RuntimeRow,
+    SamplerRow,
+    StepRow,
+    stamped,
+)
+from decodelab.engine.runs import RunResult
+from decodelab.model.rows import KernelRow, LinearRow, PagedModelRow
+from decodelab.parallel import rows as tp_rows
+
+
+def _engine_rows() -> dict[str, object]:
+    rec = StepRecord(3, 4, 4, 0, 0, schedule=1e-5, prepare=2e-5, forward=3e-4, sample=4e-5,
+                     update=1e-6, emit=5e-6, sync_wait=1e-6, wall=4e-4)
+    eng = RunResult([4e-4, 4.2e-4], 1e-4, [rec], 12.0, 3.0)
+    bare = RunResult([3.5e-4], 2e-5)
+    request = RequestRecord("w0", "finished", "length", 12, 8, 0, 0.01, 0.002, 0.03)
+    rows = {"runtime": RuntimeRow.of("engine", 4, eng, bare, 1e-5),
+            "runtime_steps": StepRow.of(rec, "engine"),
+            "runtime_sampler": SamplerRow("partial_topk", 4, 512, 64, 10.0, 12.0, 30.0, 1.0),
+            "runtime_batch": BatchRow.of(4, eng, bare),
+            "runtime_requests": RequestRow.of(request, 100.0, 2.0, 500.0),
+            "runtime_errors": ErrorRow("error", "callback_error", 1)}
+    stamp = RunStamp("tiny", "float32", 8, 1.0, 3.5)
+    return {name: stamped([row], stamp)[0] for name, row in rows.items()}
+
+
+def _tp_rows() -> dict[str, object]:
+    checks = tp_rows.TPChecks(True, 0.01, True)
+    tp = tp_rows.TPRow("tiny", 2, "graph", 4, 4, 64, "float32", 1.0, 0.9, 0.1, 4000.0, 0.8,
+                       0.2, 0.15, 7, 1024, 4096, 1 << 20, 100.0, 0.5, 0.3, 12.0,
+                       checks.graph_equals_eager, checks.max_rel_err_vs_tp1,
+                       checks.tokens_equal_tp1)
+    coll = tp_rows.CollectiveRow("all_reduce", "eager", 2, 1024, "float32", 10.0, 9.0, 3.0,
+                                 0.1, 0.1, 8, 5)
+    op = tp_rows.OpTime(1, "c10d::allreduce_", 7.0, 20.0, 30.0)
+    prof = tp_rows.ProfileRow.of("tiny", 2, "eager", 1, 64, op)
+    rows = {"tp": tp, "tp_collectives": coll, "tp_profile": prof}
+    return {name: tp_rows.stamped([row], 2.5, 2)[0] for name, row in rows.items()}
+
+
+CASES = {
+    "h200": {"paged_model": PagedModelRow.measured("eager", 4, 64, 1e-3, 1e-4, 9e-4, 10**6,
+                                                   200.0, max_rel_err=0.0),
+             "paged_model_kernels": KernelRow("gemv", 2.0, 30.0, 1, 512, 0.25),
+             "paged_model_linear": LinearRow(2048, 2048, False, "cublas", 12.0, 700.0, True),
+             **_engine_rows()},
+    "h200x2": _tp_rows(),
+}
+
+
+def _header(path) -> list[str]:
+    with open(path, newline="") as fh:
+        return next(csv.reader(fh))
+
+
+@pytest.mark.parametrize(("folder", "name"), [(f, n) for f, rows in CASES.items() for n in rows])
+def test_row_fields_match_the_reference_header(folder, name, tmp_path):
+    reference = paths.repo_root() / "data" / "reference" / folder / f"{name}.csv"
+    want = _header(reference)
+    row = CASES[folder][name]
+    assert want[:2] == ["device", "torch_version"]
+    assert [f.name for f in fields(row)] == want[2:], f"{type(row).__name__} vs {reference}"
+    written = write_table(name, [row], out_dir=tmp_path)
+    assert _header(written) == want
+
+
+def test_every_reference_table_of_these_phases_has_a_row_type():
+    folders = {"h200": ("paged_model", "runtime"), "h200x2": ("tp",)}
+    for folder, prefixes in folders.items():
+        stored = {p.stem for p in (paths.repo_root() / "data" / "reference" / folder).glob("*.csv")
+                  if p.stem.startswith(prefixes)}
+        assert stored == set(CASES[folder]), folder
