@@ -1,6 +1,8 @@
 # decodelab — the two commands of the README, and the GPU-machine targets.
 #   make report    set up .venv, run every notebook (profile from the hardware), export the HTML
 #   make test      set up .venv, run the test suite (GPU tests skip without CUDA)
+#   make test-fast the suite without the slow tests (notebook runs, the report, browsers)
+#   make lab       set up .venv, start JupyterLab on notebooks/ (the URL is printed)
 #   make test-gpu  GPU-marked tests with the machine's own python3 (installs nothing)
 #   make bench-gpu reference measurements with the machine's own python3 (installs nothing)
 #   make bench-gpu-tp  tensor-parallel reference measurements on every GPU of the machine
@@ -17,7 +19,8 @@ PROFILE    ?=
 PIP        := $(VPY) -m pip install --quiet --disable-pip-version-check
 HAS_CUDA   := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 
-.PHONY: setup browser report test test-gpu bench-gpu bench-gpu-tp lint notebooks-sync clean-local
+.PHONY: setup browser report test test-fast lab test-gpu bench-gpu bench-gpu-tp lint \
+  notebooks-sync clean-local
 
 setup: $(STAMP)
 
@@ -38,12 +41,26 @@ report: setup
 test: setup browser
 	$(VPY) -m pytest -q
 
-# Headless Chromium renders the exported report in a test: Debian's chromium is installed when
-# missing, apt-get exists and we are root; otherwise that test skips and says why.
+test-fast: setup
+	$(VPY) -m pytest -q -m "not slow"
+
+# JupyterLab on notebooks/. It prints the URL with its token; without a display it opens no
+# browser (open the URL from your machine, e.g. through `ssh -L 8888:127.0.0.1:8888`).
+LAB_PORT ?= 8888
+# Root (a container, CI) needs --allow-root; the server listens on loopback only all the same.
+LAB_ARGS ?= $(if $(DISPLAY),,--no-browser) $(if $(filter 0,$(shell id -u)),--allow-root)
+lab: setup
+	@echo "JupyterLab on notebooks/: open the http://127.0.0.1:$(LAB_PORT)/lab?token=... URL it prints"
+	$(VPY) -m jupyterlab --ServerApp.root_dir=notebooks --ServerApp.ip=127.0.0.1 \
+	  --ServerApp.port=$(LAB_PORT) $(LAB_ARGS)
+
+# Headless Chromium renders the exported report and drives JupyterLab in tests: Debian's
+# chromium is installed when missing, apt-get exists and we are root; otherwise those tests
+# skip and say why.
 browser:
 	@command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 \
 	  && [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
-	  || echo "chromium not installed: the report rendering test will skip"
+	  || echo "chromium not installed: the report rendering and JupyterLab tests will skip"
 
 test-gpu:
 	NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=lib $(PYTHON) -m pytest -q -m gpu -p no:cacheprovider tests
