@@ -13,12 +13,14 @@ cache slot -1 (nothing) and attend to one position of the scratch block.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from decodelab.engine.requests import Sequence
+from decodelab.engine.requests import SamplingParams, Sequence
 from decodelab.engine.sampler import (
     NO_TOP_K,
     RowParams,
@@ -32,9 +34,69 @@ from decodelab.engine.sampler import (
 )
 
 U_WINDOW = 64  # uniforms precomputed per slot
-INT_FIELDS = ("slot", "position", "slot_mapping", "context_len", "top_k")
-FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition", "presence", "frequency",
-                "inv_temperature", "uniform")
+
+
+class Int(enum.IntEnum):
+    """Rows of the step buffer's int64 block, (len(Int), rows)."""
+
+    SLOT = 0  # the slot a row reads its last token and penalty tables from
+    POSITION = 1
+    SLOT_MAPPING = 2  # the cache slot the row writes; -1 = padding (writes nothing)
+    CONTEXT_LEN = 3
+    TOP_K = 4  # device_top_k: NO_TOP_K for a row without one
+
+
+class Float(enum.IntEnum):
+    """Rows of the step buffer's float32 block, (len(Float), rows): a row's
+    :class:`RowSampling` in field order, then two values derived per slot or per step."""
+
+    TEMPERATURE = 0
+    TOP_P = 1
+    MIN_P = 2
+    REPETITION = 3
+    PRESENCE = 4
+    FREQUENCY = 5
+    INV_TEMPERATURE = 6  # inv_temperature(temperature), computed on the host
+    UNIFORM = 7  # the row's draw for this step
+
+
+class RowSampling(NamedTuple):
+    """A row's float sampling parameters, in the order of :class:`Float`'s first rows."""
+
+    temperature: float
+    top_p: float
+    min_p: float
+    repetition: float
+    presence: float
+    frequency: float
+
+    @classmethod
+    def of(cls, p: SamplingParams) -> RowSampling:
+        return cls(p.temperature, p.top_p, p.min_p, p.repetition_penalty, p.presence_penalty,
+                   p.frequency_penalty)
+
+
+# Padding rows: greedy, every filter and penalty off (their tokens are discarded anyway).
+PADDING_ROW = RowSampling(temperature=0.0, top_p=1.0, min_p=0.0, repetition=1.0, presence=0.0,
+                          frequency=0.0)
+SLOT_FLOATS = Float.UNIFORM  # floats kept per slot: every one but the per-step uniform
+
+
+def slot_floats(rows: list[RowSampling]) -> np.ndarray:
+    """(len(rows), SLOT_FLOATS) float32: the rows' parameters, then their 1 / temperature."""
+    f = np.zeros((len(rows), SLOT_FLOATS), dtype=np.float32)
+    f[:, :Float.INV_TEMPERATURE] = rows
+    f[:, Float.INV_TEMPERATURE] = inv_temperature(f[:, Float.TEMPERATURE])
+    return f
+
+
+def row_params(ints: torch.Tensor, floats: torch.Tensor) -> RowParams:
+    """The sampler's view of (len(Int), B) ints and (len(Float), B) floats (device tensors)."""
+    return RowParams(temperature=floats[Float.TEMPERATURE], top_k=ints[Int.TOP_K],
+                     top_p=floats[Float.TOP_P], min_p=floats[Float.MIN_P],
+                     repetition=floats[Float.REPETITION], presence=floats[Float.PRESENCE],
+                     frequency=floats[Float.FREQUENCY], uniform=floats[Float.UNIFORM],
+                     slot=ints[Int.SLOT], inv_temperature=floats[Float.INV_TEMPERATURE])
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,16 +114,14 @@ class StepInputs:
 
 def prefill_params(rows: list[Sequence], device: torch.device) -> RowParams:
     """Sampling inputs of a prefill batch (admission steps only, so fresh tensors are fine)."""
-    f = np.array([(s.params.temperature, s.params.top_p, s.params.min_p,
-                   s.params.repetition_penalty, s.params.presence_penalty,
-                   s.params.frequency_penalty) for s in rows], dtype=np.float32).T
-    u = row_uniforms(np.array([s.seed for s in rows]), np.array([s.launched for s in rows]))
-    ints = torch.tensor([[device_top_k(s.params.top_k) for s in rows], [s.slot for s in rows]],
-                        device=device)
-    ft = torch.from_numpy(np.concatenate([f, inv_temperature(f[0])[None], u[None, :]])).to(device)
-    return RowParams(temperature=ft[0], top_k=ints[0], top_p=ft[1], min_p=ft[2],
-                     repetition=ft[3], presence=ft[4], frequency=ft[5], uniform=ft[7],
-                     slot=ints[1], inv_temperature=ft[6])
+    floats = np.empty((len(Float), len(rows)), dtype=np.float32)
+    floats[:SLOT_FLOATS] = slot_floats([RowSampling.of(s.params) for s in rows]).T
+    floats[Float.UNIFORM] = row_uniforms(np.array([s.seed for s in rows]),
+                                         np.array([s.launched for s in rows]))
+    ints = np.zeros((len(Int), len(rows)), dtype=np.int64)  # positions etc. unused here
+    ints[Int.TOP_K] = [device_top_k(s.params.top_k) for s in rows]
+    ints[Int.SLOT] = [s.slot for s in rows]
+    return row_params(torch.from_numpy(ints).to(device), torch.from_numpy(floats).to(device))
 
 
 class StaticBatch:
@@ -79,7 +139,7 @@ class StaticBatch:
         pin = device.type == "cuda"
         # One byte buffer holds the int, float and block-table fields (typed views of it), so a
         # step's inputs travel in ONE pinned -> device copy; two host mirrors alternate.
-        n_i, n_f = len(INT_FIELDS) * max_rows * 8, len(FLOAT_FIELDS) * max_rows * 4
+        n_i, n_f = len(Int) * max_rows * 8, len(Float) * max_rows * 4
         self._layout = (n_i, n_f, max_rows * max_blocks * 4)
         nbytes = sum(self._layout)
         self.host = [torch.zeros(nbytes, dtype=torch.uint8, pin_memory=pin) for _ in range(2)]
@@ -93,8 +153,8 @@ class StaticBatch:
         self.last_token = torch.zeros(num_slots + 1, dtype=torch.int64, device=device)
         # per-slot host tables; the spare slot holds the padding row's values
         n = num_slots + 1
-        self.slot_f = np.zeros((n, 7), dtype=np.float32)  # temperature .. inv_temperature
-        self.slot_f[self.spare_slot] = (0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0)
+        self.slot_f = np.zeros((n, SLOT_FLOATS), dtype=np.float32)  # Float rows but UNIFORM
+        self.slot_f[self.spare_slot] = slot_floats([PADDING_ROW])[0]
         self.slot_topk = np.zeros(n, dtype=np.int64)  # 0 = off (for choose_mode)
         self.slot_keff = np.full(n, NO_TOP_K, dtype=np.int64)  # what the device reads
         self.slot_key = np.zeros(n, dtype=np.uint64)  # seed_keys of the slot's request seed
@@ -111,18 +171,17 @@ class StaticBatch:
         self._modes: dict[tuple[bytes, int, int], SamplerMode] = {}  # reset at each assign
 
     def _typed(self, buf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(ints (5, R) int64, floats (7, R) float32, block tables (R, M) int32) views."""
+        """(ints (len(Int), R) int64, floats (len(Float), R) float32, block tables (R, M)
+        int32) views."""
         n_i, n_f, _ = self._layout
-        return (buf[:n_i].view(torch.int64).view(len(INT_FIELDS), self.max_rows),
-                buf[n_i:n_i + n_f].view(torch.float32).view(len(FLOAT_FIELDS), self.max_rows),
+        return (buf[:n_i].view(torch.int64).view(len(Int), self.max_rows),
+                buf[n_i:n_i + n_f].view(torch.float32).view(len(Float), self.max_rows),
                 buf[n_i + n_f:].view(torch.int32).view(self.max_rows, self.max_blocks))
 
     def assign(self, seq: Sequence) -> None:
         """Record an admitted sequence's parameters and blocks in its slot's host tables."""
         p, k = seq.params, seq.slot
-        self.slot_f[k, :6] = (p.temperature, p.top_p, p.min_p, p.repetition_penalty,
-                              p.presence_penalty, p.frequency_penalty)
-        self.slot_f[k, 6] = inv_temperature(self.slot_f[k:k + 1, 0])[0]
+        self.slot_f[k] = slot_floats([RowSampling.of(p)])[0]
         self.slot_topk[k], self.slot_keff[k] = p.top_k, device_top_k(p.top_k)
         self.slot_key[k], self.slot_pen[k] = seed_keys(np.array([seq.seed]))[0], p.uses_penalties
         self.slot_prompt[k] = seq.num_prompt
@@ -145,7 +204,7 @@ class StaticBatch:
         return mode
 
     def _mode(self, slots: np.ndarray, vocab: int, max_partial: int) -> SamplerMode:
-        sampling = self.slot_f[slots, 0] != 0
+        sampling = self.slot_f[slots, Float.TEMPERATURE] != 0
         ks = self.slot_topk[slots][sampling]
         return mode_of(ks.size == 0, bool(self.slot_pen[slots].any()),
                        int(ks.min()) if ks.size else 0, int(ks.max()) if ks.size else 0,
@@ -169,17 +228,18 @@ class StaticBatch:
         bt = self.slot_bt[slots]  # (bucket, max_blocks)
         mapping = bt[self._arange[:bucket], pos // bs].astype(np.int64) * bs + pos % bs
         mapping[n:] = -1  # padding rows write nothing
-        hi[0, :bucket], hi[1, :bucket], hi[2, :bucket] = slots, pos, mapping
-        hi[3, :bucket], hi[4, :bucket] = pos + 1, self.slot_keff[slots]
-        hf[:7, :bucket] = self.slot_f[slots].T
-        hf[7, :bucket] = self._uniforms(slots, launched)
+        hi[Int.SLOT, :bucket], hi[Int.POSITION, :bucket] = slots, pos
+        hi[Int.SLOT_MAPPING, :bucket], hi[Int.CONTEXT_LEN, :bucket] = mapping, pos + 1
+        hi[Int.TOP_K, :bucket] = self.slot_keff[slots]
+        hf[:SLOT_FLOATS, :bucket] = self.slot_f[slots].T
+        hf[Float.UNIFORM, :bucket] = self._uniforms(slots, launched)
         hbt[:bucket] = bt
         if not static:  # the naive way: fresh device tensors every step
             dev_i = torch.tensor(hi[:, :bucket], device=self.device)
             dev_f = torch.tensor(hf[:, :bucket], device=self.device)
             dev_bt = torch.tensor(hbt[:bucket], device=self.device)
-            return self._views(dev_i, dev_f, dev_bt, self.last_token[dev_i[0]],
-                               dev_i[3].to(torch.int32), bucket), slots
+            return self._views(dev_i, dev_f, dev_bt, self.last_token[dev_i[Int.SLOT]],
+                               dev_i[Int.CONTEXT_LEN].to(torch.int32), bucket), slots
         # The whole mirror: one contiguous pinned -> device copy (a strided slice would be
         # staged through pageable memory and copied synchronously).
         self.dev.copy_(self.host[k], non_blocking=True)
@@ -212,14 +272,11 @@ class StaticBatch:
     def stage(self, bucket: int, ids: torch.Tensor, ctx32: torch.Tensor) -> None:
         """Device side of preparing: each row's input token (the last token of its slot) into
         ``ids`` and its context length as int32 into ``ctx32`` ((bucket,) each)."""
-        torch.index_select(self.last_token, 0, self.dev_i[0, :bucket], out=ids)
-        ctx32.copy_(self.dev_i[3, :bucket])
+        torch.index_select(self.last_token, 0, self.dev_i[Int.SLOT, :bucket], out=ids)
+        ctx32.copy_(self.dev_i[Int.CONTEXT_LEN, :bucket])
 
     @staticmethod
     def _views(dev_i, dev_f, dev_bt, ids, ctx32, b: int) -> StepInputs:
-        params = RowParams(temperature=dev_f[0, :b], top_k=dev_i[4, :b], top_p=dev_f[1, :b],
-                           min_p=dev_f[2, :b], repetition=dev_f[3, :b], presence=dev_f[4, :b],
-                           frequency=dev_f[5, :b], uniform=dev_f[7, :b], slot=dev_i[0, :b],
-                           inv_temperature=dev_f[6, :b])
-        return StepInputs(ids, dev_i[1, :b], dev_i[2, :b], dev_bt[:b], dev_i[3, :b], ctx32,
-                          params)
+        ints = dev_i[:, :b]
+        return StepInputs(ids, ints[Int.POSITION], ints[Int.SLOT_MAPPING], dev_bt[:b],
+                          ints[Int.CONTEXT_LEN], ctx32, row_params(ints, dev_f[:, :b]))

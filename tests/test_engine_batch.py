@@ -1,0 +1,69 @@
+"""The static batch's named layout: per-row parameters packed by name, the step buffer and the
+prefill path agreeing field by field, padding rows holding the named padding row."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import numpy as np
+import torch
+
+from decodelab.engine.batch import (
+    PADDING_ROW,
+    Float,
+    Int,
+    RowSampling,
+    StaticBatch,
+    prefill_params,
+)
+from decodelab.engine.requests import Request, SamplingParams, Sequence
+from decodelab.engine.sampler import NO_TOP_K, RowParams
+
+
+def test_row_sampling_fields_are_the_float_rows_in_order():
+    assert [f.upper() for f in RowSampling._fields] == [m.name for m in Float][:6]
+    assert [m.value for m in Float] == list(range(len(Float)))
+    assert [m.value for m in Int] == list(range(len(Int)))
+
+
+def _seqs() -> list[Sequence]:
+    params = [SamplingParams(temperature=0.7, top_k=20, top_p=0.9, min_p=0.05, seed=1),
+              SamplingParams(temperature=0.0),
+              SamplingParams(temperature=1.3, repetition_penalty=1.2, presence_penalty=0.5,
+                             frequency_penalty=-0.25, seed=3)]
+    seqs = [Sequence(Request(f"q{i}", (1, 2, 3, 4 + i), p), arrival=i, seed=100 + i, slot=2 - i)
+            for i, p in enumerate(params)]
+    for s in seqs:
+        s.blocks = [2 * s.slot, 2 * s.slot + 1]
+        s.launched = 1 + s.slot
+    return seqs
+
+
+def test_step_buffer_and_prefill_pack_the_same_parameters():
+    seqs = _seqs()
+    batch = StaticBatch(4, 2, 3, 4, 9, torch.device("cpu"))
+    for s in seqs:
+        batch.assign(s)
+    inp, slots = batch.prepare(seqs, 4)
+    want = prefill_params(seqs, torch.device("cpu"))
+    for f in fields(RowParams):
+        got = getattr(inp.params, f.name)[:3]
+        assert torch.equal(got, getattr(want, f.name)), f.name
+    assert inp.params.temperature[:3].tolist() == [np.float32(x) for x in (0.7, 0.0, 1.3)]
+    assert inp.params.top_k[:3].tolist() == [20, NO_TOP_K, NO_TOP_K]
+    assert inp.params.inv_temperature[1] == 1.0  # greedy rows: 1 / T is 1
+    assert slots.tolist() == [2, 1, 0, 3]  # the padding row reads the spare slot
+    assert inp.positions[:3].tolist() == [6, 5, 4]  # prompt (4) + launched (3, 2, 1) - 1
+    assert inp.context_lens[:3].tolist() == [7, 6, 5]
+    # position p writes block blocks[p // 4] at offset p % 4; padding writes nothing
+    assert inp.slot_mapping.tolist() == [5 * 4 + 2, 3 * 4 + 1, 1 * 4 + 0, -1]
+
+
+def test_padding_rows_hold_the_padding_row():
+    batch = StaticBatch(4, 2, 3, 4, 9, torch.device("cpu"))
+    inp, _ = batch.prepare([], 4)
+    p = inp.params
+    for name, value in PADDING_ROW._asdict().items():
+        assert (getattr(p, name) == value).all(), name
+    assert (p.inv_temperature == 1.0).all() and (p.top_k == NO_TOP_K).all()
+    assert (p.slot == batch.spare_slot).all() and (inp.slot_mapping == -1).all()
