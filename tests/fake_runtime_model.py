@@ -1,13 +1,19 @@
-"""A tiny, exactly batch-invariant stand-in for PagedLlama, for engine tests.
+"""CPU stand-ins for engine tests: a tiny, exactly batch-invariant model in place of PagedLlama
+(``FakeModel``) and forward "graphs" in place of DecodeGraphs (``EagerGraphs``).
 
-It has the model's interface (``prefill``, ``decode``, ``cache`` with a BlockPool, ``config``,
-``device``) and a real paged "cache" that stores token ids by slot. A row's logits are a
+``FakeModel`` satisfies ``engine.protocols.RuntimeModel`` (``prefill``, ``decode``, ``cache``
+with a BlockPool, ``config``, ``device``) and has a real paged "cache" that stores token ids
+by slot. A row's logits are a
 function of every token in its context, read back through its block table, computed in
 integer arithmetic, so any block-table, slot or recompute bug changes the output, and a row's
 logits never depend on which other rows share the batch.
 
 Fault injection: a sequence whose first token is ``poison`` gets NaN logits once its context
 is longer than ``poison_after`` tokens.
+
+``EagerGraphs`` satisfies ``engine.protocols.ForwardGraphs``: static input and output buffers
+per bucket, and a "graph" per bucket that runs ``model.decode`` on the static inputs into the
+static output when replayed.
 """
 
 from __future__ import annotations
@@ -87,3 +93,51 @@ class FakeModel:
         bt = block_tables.long()
         slots = (bt[:, :, None] * bs + torch.arange(bs)).reshape(bt.shape[0], -1)  # (B, M*bs)
         return self._logits(self.cache.tokens[slots], context_lens.long())
+
+
+class Replay:
+    """A stand-in for a captured CUDA graph: replay runs the captured body again."""
+
+    def __init__(self, body) -> None:
+        self.body = body
+
+    def replay(self) -> None:
+        self.body()
+
+
+class EagerGraphs:
+    """``DecodeGraphs``' interface on a CPU (static buffers, padding, replay by bucket)."""
+
+    def __init__(self, model, buckets=(1, 2, 4, 8), max_blocks_per_seq=16) -> None:
+        n, self.buckets, self.max_blocks_per_seq = max(buckets), tuple(buckets), max_blocks_per_seq
+        self.scratch_block = model.cache.scratch_block
+        self.input_ids = torch.zeros(n, dtype=torch.int64)
+        self.positions = torch.zeros(n, dtype=torch.int64)
+        self.slot_mapping = torch.full((n,), -1, dtype=torch.int64)
+        self.block_tables = torch.full((n, max_blocks_per_seq), self.scratch_block,
+                                       dtype=torch.int32)
+        self.context_lens = torch.ones(n, dtype=torch.int32)
+        self.outputs = {b: torch.zeros(b, model.config.vocab_size) for b in buckets}
+        self.graphs = {b: Replay(lambda b=b: self.outputs[b].copy_(model.decode(
+            self.input_ids[:b], self.positions[:b], self.slot_mapping[:b],
+            self.block_tables[:b], self.context_lens[:b]))) for b in buckets}
+
+    def bucket_for(self, n):
+        return next(b for b in self.buckets if b >= n)
+
+    def run(self, input_ids, positions, slot_mapping, block_tables, context_lens):
+        """As ``DecodeGraphs.run``: inputs into the first rows, padding rows write nothing and
+        attend to the scratch block, the bucket's graph replayed; a view of its output."""
+        b, m = input_ids.shape[0], block_tables.shape[1]
+        bucket = self.bucket_for(b)
+        for buf, src in ((self.input_ids, input_ids), (self.positions, positions),
+                         (self.slot_mapping, slot_mapping), (self.context_lens, context_lens)):
+            buf[:b].copy_(src)
+        self.block_tables[:b, :m].copy_(block_tables)
+        self.input_ids[b:bucket] = 0
+        self.positions[b:bucket] = 0
+        self.slot_mapping[b:bucket] = -1
+        self.block_tables[b:bucket] = self.scratch_block
+        self.context_lens[b:bucket] = 1
+        self.graphs[bucket].replay()
+        return self.outputs[bucket][:b]

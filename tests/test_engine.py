@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from fake_runtime_model import FakeModel
+from fake_runtime_model import EagerGraphs, FakeModel, Replay
 
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.engine import Engine
@@ -320,44 +320,13 @@ def test_real_tiny_llama_faults_leave_healthy_requests_unchanged():
     assert eng.pool.num_free == eng.pool.num_total and not eng.active
 
 
-class _Replay:
-    """A stand-in for a captured CUDA graph: replay runs the captured body again."""
-
-    def __init__(self, body):
-        self.body = body
-
-    def replay(self):
-        self.body()
-
-
-class EagerGraphs:
-    """``DecodeGraphs``' interface on a CPU: static input and output buffers per bucket, and a
-    "graph" per bucket that runs ``model.decode`` on the static inputs into the static output."""
-
-    def __init__(self, model, buckets=(1, 2, 4, 8), max_blocks_per_seq=16):
-        n, self.buckets, self.max_blocks_per_seq = max(buckets), tuple(buckets), max_blocks_per_seq
-        self.input_ids = torch.zeros(n, dtype=torch.int64)
-        self.positions = torch.zeros(n, dtype=torch.int64)
-        self.slot_mapping = torch.full((n,), -1, dtype=torch.int64)
-        self.block_tables = torch.full((n, max_blocks_per_seq), model.cache.scratch_block,
-                                       dtype=torch.int32)
-        self.context_lens = torch.ones(n, dtype=torch.int32)
-        self.outputs = {b: torch.zeros(b, model.config.vocab_size) for b in buckets}
-        self.graphs = {b: _Replay(lambda b=b: self.outputs[b].copy_(model.decode(
-            self.input_ids[:b], self.positions[:b], self.slot_mapping[:b],
-            self.block_tables[:b], self.context_lens[:b]))) for b in buckets}
-
-    def bucket_for(self, n):
-        return next(b for b in self.buckets if b >= n)
-
-
 def test_step_graph_bodies_read_only_static_buffers(monkeypatch):
     """The engine's graph path (stage -> forward -> sampler over static buffers, with replay
     standing in for capture) gives exactly the eager engine's tokens: every per-step value
     reaches the bodies through the static buffers the step's single copy fills."""
     from decodelab.engine.step_graphs import StepGraphs
 
-    monkeypatch.setattr(StepGraphs, "_capture", lambda self, body, warm: _Replay(body))
+    monkeypatch.setattr(StepGraphs, "_capture", lambda self, body, warm: Replay(body))
     reqs = workload(16, seed=31, vocab=512, max_new_tokens=14)
     ecfg = EngineConfig(max_num_seqs=8, max_model_len=128)
     model = tiny_llama()
@@ -446,7 +415,7 @@ class _ForwardStub:
         self.context_lens = torch.zeros(rows, dtype=torch.int32, device=dev)
         self.max_blocks_per_seq = max_blocks
         self.outputs = {rows: torch.zeros(rows, vocab, device=dev)}
-        self.graphs = {rows: _Replay(lambda: None)}
+        self.graphs = {rows: Replay(lambda: None)}
 
 
 def _step_graphs_at_large_vocab(dev):
@@ -497,7 +466,7 @@ def _step_graphs_at_large_vocab(dev):
 def test_step_graphs_stage_and_timed_selection_on_cpu(monkeypatch, two_stage_faster):
     from decodelab.engine.step_graphs import StepGraphs
 
-    monkeypatch.setattr(StepGraphs, "_capture", lambda self, body, warm: _Replay(body))
+    monkeypatch.setattr(StepGraphs, "_capture", lambda self, body, warm: Replay(body))
     fast = 64 if two_stage_faster else 0
     monkeypatch.setattr(StepGraphs, "_replay_ms",
                         lambda self, bucket, mode: 1.0 if mode.chunk == fast else 2.0)

@@ -31,6 +31,7 @@ import torch
 from decodelab.engine.batch import StaticBatch, prefill_params
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.metrics import Metrics, RequestRecord, StepRecord
+from decodelab.engine.protocols import ForwardGraphs, RuntimeModel
 from decodelab.engine.requests import (
     InvalidRequestError,
     Limits,
@@ -58,7 +59,8 @@ class _Pending:
 
 
 class Engine:
-    def __init__(self, model, config: EngineConfig | None = None, graphs=None) -> None:
+    def __init__(self, model: RuntimeModel, config: EngineConfig | None = None,
+                 graphs: ForwardGraphs | None = None) -> None:
         config = config if config is not None else EngineConfig()
         self.model, self.cfg = model, config
         cache = model.cache
