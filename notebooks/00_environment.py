@@ -18,7 +18,9 @@
 # one tiny kernel (the unit of *dispatch* cost), how fast device memory can be streamed (the
 # *memory-bandwidth* floor of a decode step), and how fast the matrix units run (the *compute*
 # floor). Datasheet numbers are leads; these are measurements on this machine, next to the
-# shipped H200 reference.
+# shipped H200 reference. Notebook `04_model` sets the real-shaped model's decode step against
+# the bandwidth ceiling (its roofline); notebooks 01 and 02 set the toy step against the launch
+# cost.
 
 # %% tags=["parameters"]
 profile = "auto"  # auto: gpu with a CUDA device, else cpu; smoke: tiny sizes
@@ -34,7 +36,8 @@ from decodelab.core.device import collect_info
 from decodelab.core.results import has_table, load_table, to_frame, write_table
 from decodelab.env.calibrate import calibrate
 from decodelab.env.notebook import NotebookParams
-from decodelab.plots.environment import ceilings_figure
+from decodelab.plots import show_table
+from decodelab.plots.environment import ceilings_figure, ceilings_markdown
 
 params = NotebookParams.from_cell(globals())
 plots.use_style()
@@ -43,15 +46,15 @@ plots.use_style()
 # ## The machine
 
 # %%
-info = collect_info()
-to_frame([info]).T.rename(columns={0: "value"})
+machine = to_frame([collect_info()]).T.rename(columns={0: "value"}).rename_axis("field")
+show_table(machine)
 
 # %% [markdown]
 # ## Calibrations
 #
 # Measured now on this machine (written to `data/local/environment.csv`), merged with the
-# shipped reference results in `data/reference/<device>/environment.csv`. `value` is the median
-# over repeats; `q1`/`q3` show the spread.
+# shipped reference results in `data/reference/<device>/environment.csv`. The value is the
+# median over repeats; the quartiles show the spread.
 
 # %%
 if params.calibrate_live:
@@ -61,7 +64,15 @@ table = load_table("environment") if has_table("environment") else pd.DataFrame(
 if table.empty:
     display(Markdown("No calibration results yet: run with `calibrate_live=True`."))
 else:
-    display(table[["origin", "device", "quantity", "value", "unit", "q1", "q3", "detail"]])
+    display(show_table(table, {"origin": "source", "device": "device", "quantity": "quantity",
+                               "value": "median", "q1": "first quartile",
+                               "q3": "third quartile", "unit": "unit", "detail": "what is timed"}))
+
+# %% [markdown]
+# One comparison: every ceiling on one logarithmic axis, this machine's bar beside each shipped
+# reference's, the value written at the end of each bar. The unit and which way is better are in
+# each row's label; a host that issues a tiny operation in fewer µs and a device that copies
+# more GB/s are both "faster".
 
 # %%
 if not table.empty:
@@ -76,19 +87,11 @@ if not table.empty:
 #   many launches, whatever the arithmetic: phase 1 measures when this dominates.
 # - **Copy bandwidth** (`d2d_copy_bandwidth`, bytes read + written) bounds a memory-bound decode
 #   step from below: a step that must read W bytes of weights and KV cache cannot beat
-#   W / bandwidth. Phase 4 reports its decode as a percentage of this roofline.
+#   W / bandwidth. Notebook `04_model` reports the real-shaped model's decode as a percentage of
+#   this roofline.
 # - **Matmul rate** (`matmul_bf16`, `matmul_fp32`) bounds compute-heavy work (large batches,
 #   prefill).
 
 # %%
-def _summary(frame: pd.DataFrame) -> str:
-    lines = []
-    for origin, rows in frame.groupby("origin"):
-        parts = [f"{r.quantity} = {r.value:,.2f} {r.unit}" for r in rows.itertuples()]
-        lines.append(f"- **{plots.origin_label(origin)}** ({rows['device'].iloc[0]}): "
-                     + "; ".join(parts))
-    return "\n".join(lines)
-
-
 if not table.empty:
-    display(Markdown(_summary(table)))
+    display(Markdown(ceilings_markdown(table)))

@@ -35,23 +35,15 @@ interactive = True  # sliders and widgets (False under papermill: static figures
 measure_live = True  # measure this machine (without CUDA: eager on the CPU backend)
 
 # %%
-import pandas as pd
 from IPython.display import Markdown, display
 
 from decodelab import plots
-from decodelab.core.results import has_table, load_table, write_table
-from decodelab.dispatch import (
-    SEED_CPU_REDUCTION,
-    TABLE,
-    crossovers,
-    graph_ratios,
-    nearest_point,
-    plan_for,
-    run,
-)
+from decodelab.dispatch import SEED_CPU_REDUCTION, crossovers, graph_ratios, nearest_point
+from decodelab.dispatch import notebook as nb
 from decodelab.dispatch.analysis import sweep_base
 from decodelab.dispatch.notebook import NotebookParams
 from decodelab.plots import dispatch as figs
+from decodelab.plots import origin_label, show_table
 
 params = NotebookParams.from_cell(globals())
 plots.use_style()
@@ -60,83 +52,77 @@ plots.use_style()
 # ## Measure on this machine
 #
 # With CUDA, the profile's plan measures every mode; on a CPU only `eager` is real (CUDA graphs
-# need a GPU), so the CPU backend's per-operator host cost is measured instead. Results go to
-# `data/local/dispatch.csv` and are merged below with the shipped H200 reference.
+# need a GPU), so the CPU backend's per-operator host cost is measured instead. A progress bar
+# counts the points (each is timed, then profiled). Results go to `data/local/dispatch.csv` and
+# are merged below with the shipped H200 reference.
 
 # %%
-if params.measure_live:
-    plan = plan_for(params.profile)
-    rows, failures = run(plan, log=lambda _line: None)  # failures are listed below
-    if rows:
-        write_table(TABLE, rows, config=plan, profile=params.profile)
-    if failures:
-        display(Markdown("**Points that failed validation or measurement:**\n\n"
-                         + "\n".join(f"- {f}" for f in failures)))
-table = load_table(TABLE) if has_table(TABLE) else pd.DataFrame()
+failures = nb.measure_and_store(params.profile) if params.measure_live else []
+if failures:
+    display(Markdown("**Points that failed validation or measurement:**\n\n"
+                     + "\n".join(f"- {f}" for f in failures)))
+table = nb.load()
+gpu, cpu = nb.by_backend(table)
+gpu_origins = nb.origins(gpu)
 if table.empty:
     display(Markdown("No dispatch results yet: run with `measure_live=True`, or "
                      "`python -m decodelab bench dispatch` on a GPU."))
 else:
-    summary = table.groupby(["origin", "device", "backend"]).size().rename("rows").reset_index()
-    summary["source"] = summary["origin"].map(plots.origin_label)
-    display(summary)
-
-# %%
-gpu = table[table["backend"] == "cuda"] if not table.empty else table
-cpu = table[table["backend"] == "cpu"] if not table.empty else table
-gpu_origins = sorted(gpu["origin"].unique()) if not gpu.empty else []
+    display(show_table(nb.sources(table), caption="Rows of table `dispatch` per source."))
 if not gpu_origins:
-    display(Markdown("**No GPU results are available here** (no shipped reference yet and no "
+    display(Markdown("**No GPU results are available here** (no shipped reference and no "
                      "CUDA device): the GPU sections below are skipped; the CPU measurement "
                      "further down is real."))
 else:
-    display(Markdown("GPU results shown below come from: "
-                     + ", ".join(plots.origin_label(o) for o in gpu_origins) + "."))
+    display(Markdown("GPU results below come from: "
+                     + ", ".join(origin_label(o) for o in gpu_origins) + "."))
 
 # %% [markdown]
 # ## Where the time of one step goes, per mode
 #
-# For each named config, the left bar of each mode is the GPU's view of a step: the blue part is
-# device-busy time, the orange part is the rest of the wall time, when the GPU sat idle waiting
-# for work. The green bar beside it is the host CPU time spent issuing the step. A host-bound
-# step has a green bar as tall as the wall time and a mostly orange GPU bar; a device-bound step
-# is mostly blue.
+# For each named config, the left bar of each mode is the GPU's view of a step: green is
+# device-busy time, grey is the rest of the wall time, when the GPU sat idle waiting for work.
+# The indigo bar beside it is the host CPU time spent issuing the step. A host-bound step has an
+# indigo bar as tall as the wall time and a mostly grey GPU bar; a device-bound step is mostly
+# green. These colours mean the same quantities in every figure of the report.
 
 # %%
 for origin in gpu_origins:
     fig = figs.stacked_bars(gpu[gpu["origin"] == origin])
-    plots.save(fig, f"dispatch_stacked_{origin.replace('/', '_')}")
+    plots.save(fig, f"dispatch_stacked_{nb.slug(origin)}")
 
 # %%
 if gpu_origins:
-    cols = ["origin", "config", "mode", "wall_us_per_step", "host_us_per_step",
-            "device_us_per_step", "kernels_per_step", "launches_per_step", "idle_fraction",
-            "setup_s"]
-    display(gpu[gpu["config"] != "sweep"][cols].round(2))
+    display(show_table(gpu[gpu["config"] != "sweep"], [
+        "origin", "config", "mode", "wall_us_per_step", "host_us_per_step",
+        "device_us_per_step", "kernels_per_step", "launches_per_step", "idle_fraction",
+        "setup_s"]))
 
 # %% [markdown]
-# `kernels_per_step` counts device kernels executed per step; `launches_per_step` counts the
-# host's launch calls (a graph replay is one launch however many kernels it holds). `setup_s` is
-# the one-time capture or compile cost, kept apart from the steady state.
+# `kernels per step` counts device kernels executed per step; `launches per step` counts the
+# host's launch calls (a graph replay is one launch however many kernels it holds). `capture /
+# compile` is the one-time setup cost, kept apart from the steady state.
 #
 # ## The host-bound → device-bound crossover
 #
 # The sweep varies one factor at a time (hidden size H, layers L, batch B) around a base
-# config (printed below). A step is host-bound while the host needs longer to issue it than the GPU is busy
-# running it. Green lines: host CPU per step; blue lines: device-busy per step; solid: eager,
-# dashed: CUDA graph. Grey vertical lines mark the crossover, interpolated on the log axis.
+# config (printed below). A step is host-bound while the host needs longer to issue it than the
+# GPU is busy running it. Indigo lines: host CPU per step; green lines: device-busy per step;
+# solid: eager, dashed: CUDA graph. Grey vertical lines mark the crossover, interpolated on the
+# log axis.
 
 # %%
-marks = crossovers(gpu) if gpu_origins else pd.DataFrame()
+marks = crossovers(gpu) if gpu_origins else None
 for origin in gpu_origins:
     base = sweep_base(gpu[gpu["origin"] == origin])
-    display(Markdown(f"{plots.origin_label(origin)}: sweep base H={base['hidden']}, "
+    display(Markdown(f"{origin_label(origin)}: sweep base H={base['hidden']}, "
                      f"L={base['layers']}, B={base['batch']}."))
     fig = figs.crossover_figure(gpu[gpu["origin"] == origin],
                                 marks[marks["origin"] == origin])
-    plots.save(fig, f"dispatch_crossover_{origin.replace('/', '_')}")
-if not marks.empty:
-    display(marks.round(1))
+    plots.save(fig, f"dispatch_crossover_{nb.slug(origin)}")
+if marks is not None and not marks.empty:
+    display(show_table(marks, caption="Crossover: the axis value where device-busy time "
+                                      "first exceeds host CPU time per step."))
 
 # %% [markdown]
 # ## Eager / graph: host CPU and wall time, against the seed's ~15x
@@ -147,17 +133,12 @@ if not marks.empty:
 # the wall ratio additionally shrinks as soon as the GPU's own work dominates.
 
 # %%
-ratios = graph_ratios(gpu) if gpu_origins else pd.DataFrame()
-if not ratios.empty:
+ratios = graph_ratios(gpu) if gpu_origins else None
+if ratios is not None and not ratios.empty:
     fig = figs.ratio_figure(ratios, SEED_CPU_REDUCTION)
     plots.save(fig, "dispatch_graph_ratios")
-    display(ratios.round(2))
-    lines = []
-    for _, r in ratios.iterrows():
-        lines.append(f"- **{r['config']}** ({plots.origin_label(r['origin'])}): host CPU "
-                     f"{r['host_ratio']:.1f}x lower with a graph, wall {r['wall_ratio']:.2f}x "
-                     f"(seed: ~{SEED_CPU_REDUCTION:g}x host CPU)")
-    display(Markdown("\n".join(lines)))
+    display(show_table(ratios))
+    display(Markdown(nb.ratio_lines(ratios, SEED_CPU_REDUCTION)))
 
 # %% [markdown]
 # Why ours differs from the seed: eager issues one launch per operation (about 2L + 5 for this
@@ -170,13 +151,15 @@ if not ratios.empty:
 # ## On this CPU: the eager per-operator host cost
 #
 # Without a GPU the host *is* the device, so there is no idle time to recover: what remains
-# measurable is how much a step costs per ATen operator call. These rows come from this machine.
+# measurable is how much a step costs per ATen operator call. These rows come from this machine;
+# the figure draws the wall clock as an outline (there is no device-busy time to split it).
 
 # %%
 if not cpu.empty:
-    per_op = cpu.assign(us_per_op=cpu["host_us_per_step"] / cpu["kernels_per_step"])
-    display(per_op[["origin", "config", "hidden", "layers", "batch", "wall_us_per_step",
-                    "host_us_per_step", "kernels_per_step", "us_per_op"]].round(2))
+    display(show_table(nb.per_op(cpu), {
+        "origin": "source", "config": "config", "hidden": "H", "layers": "L", "batch": "B",
+        "wall_us_per_step": "wall (µs/step)", "host_us_per_step": "host CPU (µs/step)",
+        "kernels_per_step": "ops per step", "us_per_op": "host per op (µs)"}))
     fig = figs.stacked_bars(cpu[cpu["config"] != "sweep"])
     plots.save(fig, "dispatch_cpu_backend")
 else:
@@ -185,18 +168,15 @@ else:
 # %% [markdown]
 # ## Explorer
 #
-# Pick H, L and B: the nearest measured configuration (in log distance) is shown for every mode.
-# Under a batch run (`interactive=False`) or without ipywidgets, the base configuration is shown
-# as a static figure.
+# Pick H, L and B: the nearest measured configuration (in log distance) is shown for every mode,
+# in the colours above. Under a batch run (`interactive=False`) or without ipywidgets, the
+# sweep's base configuration is shown as a static figure.
 
 # %%
-explore = gpu if gpu_origins else cpu
-if explore.empty:
+rows, first = nb.explorer_rows(gpu, cpu)
+if first is None:
     display(Markdown("Nothing to explore yet."))
 else:
-    rows = explore[explore["origin"] == explore["origin"].iloc[0]]
-    first = rows[rows["config"] == "sweep"].iloc[0] if (rows["config"] == "sweep").any() \
-        else rows.iloc[0]
     try:
         import ipywidgets as widgets
     except ImportError:

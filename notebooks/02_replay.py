@@ -39,33 +39,24 @@ sim_requests = 20000  # requests drawn in the trade-off simulation
 seed = 0  # seed of the trade-off simulation
 
 # %%
-import pandas as pd
 from IPython.display import Markdown, display
 
 from decodelab import plots
 from decodelab.core import paths
 from decodelab.core.device import has_cuda
-from decodelab.core.results import has_table, load_table
 from decodelab.core.seed import SEED_HARDWARE, SEED_SOURCE
+from decodelab.plots import origin_label, show_table
 from decodelab.plots import replay as replay_plots
+from decodelab.replay import notebook as nb
 from decodelab.replay.bench import bench
 from decodelab.replay.fit import (
-    R2_TARGET,
     fit_multistep,
     fit_nodes,
     quantities,
     seed_comparison,
     seed_replay_claim,
-    snr_needed,
 )
 from decodelab.replay.notebook import NotebookParams
-from decodelab.replay.tradeoff import (
-    best_k,
-    measured_replay_us,
-    model_from_fits,
-    simulate,
-    tradeoff,
-)
 
 params = NotebookParams.from_cell(globals())
 plots.use_style()
@@ -93,15 +84,14 @@ elif params.measure_live:
     display(Markdown("This machine has no CUDA GPU, so nothing is measured here: the figures "
                      "below show stored results only (origin in each label)."))
 
-nodes = load_table("replay_nodes") if has_table("replay_nodes") else None
-multi = load_table("replay_multistep") if has_table("replay_multistep") else None
+nodes, multi = nb.load()
 if nodes is None or multi is None:
     display(Markdown("**No replay results are stored yet** (neither `data/reference/*/` nor "
                      "`data/local/` holds `replay_nodes` and `replay_multistep`): run "
                      "`make bench-gpu` on a CUDA machine. The figures below are skipped."))
 else:
     display(Markdown("Stored results: " + ", ".join(
-        f"{plots.origin_label(o)} ({n} rows)" for o, n in multi["origin"].value_counts().items())))
+        f"{origin_label(o)} ({n} rows)" for o, n in multi["origin"].value_counts().items())))
 
 # %% [markdown]
 # ## Replay cost vs kernels inside the graph
@@ -114,39 +104,19 @@ else:
 # on n: issuing a graph costs the same whatever it contains.
 
 # %%
-if nodes is not None:
+CI = {"intercept_ci_low": "intercept CI low (µs)", "intercept_ci_high": "intercept CI high (µs)",
+      "slope_ci_low": "slope CI low (µs)", "slope_ci_high": "slope CI high (µs)"}
+if nodes is not None:  # intervals: 95% confidence
     node_fits = fit_nodes(nodes)
     fig = replay_plots.nodes_figure(nodes, node_fits)
     plots.save(fig, "replay_nodes")
-    display(node_fits.round(4))
-
-
-# %%
-def _meets(r2: float) -> str:
-    return "meets" if r2 >= R2_TARGET else "misses"
-
-
-def _node_summary(fits: pd.DataFrame) -> str:
-    lines = []
-    for origin, f in fits.groupby("origin"):
-        g = f[(f["kind"] == "graph") & (f["metric"] == "wall")].iloc[0]
-        h = f[(f["kind"] == "graph") & (f["metric"] == "host")].iloc[0]
-        e = f[(f["kind"] == "eager") & (f["metric"] == "wall")].iloc[0]
-        lines.append(
-            f"- **{plots.origin_label(origin)}**: T_replay = {g['intercept']:.2f} µs "
-            f"[{g['intercept_ci_low']:.2f}, {g['intercept_ci_high']:.2f}] and T_node = "
-            f"{g['slope']:.3f} µs [{g['slope_ci_low']:.3f}, {g['slope_ci_high']:.3f}] per kernel "
-            f"inside a graph (R² = {g['r2']:.4f}, {_meets(g['r2'])} the {R2_TARGET} target; "
-            f"{g['n_excluded']} host-paced points left out by the rule above); the host spends "
-            f"{h['intercept']:.2f} µs per replay; an eager launch costs T_launch = "
-            f"{e['slope']:.2f} µs [{e['slope_ci_low']:.2f}, {e['slope_ci_high']:.2f}] "
-            f"(R² = {e['r2']:.4f}, {_meets(e['r2'])} the target), i.e. "
-            f"{e['slope'] / g['slope']:.1f}× a graph node.")
-    return "\n".join(lines)
-
-
-if nodes is not None:
-    display(Markdown(_node_summary(node_fits)))
+    display(show_table(node_fits, {
+        "origin": "source", "kind": "kind", "metric": "time", "intercept": "intercept (µs)",
+        "intercept_ci_low": CI["intercept_ci_low"], "intercept_ci_high": CI["intercept_ci_high"],
+        "slope": "slope (µs per kernel)", "slope_ci_low": CI["slope_ci_low"],
+        "slope_ci_high": CI["slope_ci_high"], "r2": "R²", "n_points": "points",
+        "n_excluded": "host-paced, left out"}))
+    display(Markdown(nb.node_summary(node_fits)))
 
 # %% [markdown]
 # ## Multi-step capture: T(K) measured vs fitted
@@ -182,32 +152,15 @@ if multi is not None:
     step_fits = fit_multistep(multi)
     fig = replay_plots.multistep_figure(multi, step_fits)
     plots.save(fig, "replay_multistep")
-    display(step_fits[["origin", "config", "variant", "t_step_us", "intercept_ci_low",
-                       "intercept_ci_high", "t_replay_us", "slope_ci_low", "slope_ci_high",
-                       "r2_per_replay", "r2", "signal_rel", "noise_rel", "snr", "k_2pct", "k_max",
-                       "k_max_rel_dev"]].round(4))
-
-
-# %%
-def _step_summary(fits: pd.DataFrame) -> str:
-    lines = [f"R² target {R2_TARGET}; the per-step form can reach it only where snr ≥ "
-             f"{snr_needed():.1f}."]
-    for r in fits.itertuples():
-        lines.append(
-            f"- {plots.origin_label(r.origin)}, **{r.config}**, {r.variant}: T_step = "
-            f"{r.t_step_us:.2f} µs, T_replay = {r.t_replay_us:.2f} µs "
-            f"[{r.slope_ci_low:.2f}, {r.slope_ci_high:.2f}] per graph; more than "
-            f"K = {r.k_2pct:.0f} steps per graph buys < 2%; at K = {r.k_max} the per-step wall "
-            f"is {100 * r.k_max_rel_dev:+.1f}% from T_step. Per-replay R² = "
-            f"{r.r2_per_replay:.4f} ({_meets(r.r2_per_replay)} the target); per-step R² = "
-            f"{r.r2:.3f} ({_meets(r.r2)} it): over the measured K the 1/K term moves the "
-            f"per-step time by {100 * r.signal_rel:.2f}% (sd) against a scatter of "
-            f"{100 * r.noise_rel:.2f}% about the fit, snr = {r.snr:.1f}.")
-    return "\n".join(lines)
-
-
-if multi is not None:
-    display(Markdown(_step_summary(step_fits)))
+    display(show_table(step_fits, {
+        "origin": "source", "config": "config", "variant": "variant",
+        "t_step_us": "T_step (µs)", "intercept_ci_low": "T_step CI low (µs)",
+        "intercept_ci_high": "T_step CI high (µs)", "t_replay_us": "T_replay (µs)",
+        "slope_ci_low": "T_replay CI low (µs)", "slope_ci_high": "T_replay CI high (µs)",
+        "r2_per_replay": "R² per replay", "r2": "R² per step", "signal_rel": "signal (sd)",
+        "noise_rel": "noise (sd)", "snr": "snr", "k_2pct": "K beyond which < 2%",
+        "k_max": "largest K", "k_max_rel_dev": "at largest K, from T_step"}))
+    display(Markdown(nb.step_summary(step_fits)))
 
 # %% [markdown]
 # ## Our numbers next to the seed's
@@ -221,8 +174,13 @@ if nodes is not None and multi is not None:
     seed_claim = seed_replay_claim()
     display(Markdown(f"Seed claim: {seed_claim.claim}, ~{seed_claim.value:g} {seed_claim.unit} "
                      f"on {SEED_HARDWARE} — {SEED_SOURCE}, {seed_claim.quote}"))
-    display(seed_comparison(step_fits, node_fits).round(3))
-    display(quantities(node_fits, step_fits).round(3))
+    display(show_table(seed_comparison(step_fits, node_fits), {
+        "quantity": "quantity", "source": "source", "ours_us": "ours (µs)",
+        "ci_low": "CI low (µs)", "ci_high": "CI high (µs)", "seed_us": "seed (µs)",
+        "seed_device": "seed's hardware", "ours_over_seed": "ours / seed"}))
+    display(show_table(quantities(node_fits, step_fits), {
+        "quantity": "quantity", "source": "source", "value": "value (µs)",
+        "ci_low": "CI low (µs)", "ci_high": "CI high (µs)", "r2": "R² of its fit"}))
 
 # %% [markdown]
 # ## Stopping mid-chunk: wasted steps and time to client vs K
@@ -236,25 +194,10 @@ if nodes is not None and multi is not None:
 
 # %%
 if multi is not None:
-    origin = step_fits["origin"].iloc[0]
-    config = step_fits["config"].iloc[0]
-    model = model_from_fits(step_fits, config, "readout", origin)
-    ks = sorted(int(k) for k in multi["k_steps"].unique())
-    probs = sorted({min(params.p_stop * f, 0.5) for f in (0.1, 1.0, 10.0)})
-    analytic = pd.concat([tradeoff(model, ks, p) for p in probs], ignore_index=True)
-    simulated = simulate(measured_replay_us(multi, config, "readout", origin), params.p_stop,
-                         n_requests=params.sim_requests, seed=params.seed)
-    fig = replay_plots.tradeoff_figure(analytic, simulated, mark_k=best_k(model, params.p_stop))
+    trade = nb.tradeoff_of(multi, step_fits, params.p_stop, params.sim_requests, params.seed)
+    fig = replay_plots.tradeoff_figure(trade.analytic, trade.simulated, mark_k=trade.best_k)
     plots.save(fig, "replay_tradeoff")
-    check = simulated.merge(analytic[analytic["p_stop"] == params.p_stop], on="k_steps",
-                            suffixes=("_sim", "_model"))
-    worst = (check["us_per_useful_token_sim"] / check["us_per_useful_token_model"] - 1).abs().max()
-    display(Markdown(
-        f"Model from {plots.origin_label(origin)}, config **{config}**: R = "
-        f"{model.t_replay_us:.2f} µs per replay, S = {model.t_step_us:.2f} µs per step. At "
-        f"p = {params.p_stop:g} the best K is {best_k(model, params.p_stop)}; the simulation "
-        f"({params.sim_requests} requests, seed {params.seed}) agrees with the model's time per "
-        f"useful token within {100 * worst:.1f}% over the measured K."))
+    display(Markdown(trade.prose(params.sim_requests, params.seed)))
 
 # %% [markdown]
 # ## Explorer
@@ -264,4 +207,5 @@ if multi is not None:
 
 # %%
 if multi is not None:
-    replay_plots.explorer(model, ks, params.p_stop, interactive=params.interactive)
+    replay_plots.explorer(trade.model, trade.k_values, params.p_stop,
+                          interactive=params.interactive)

@@ -1,9 +1,12 @@
-"""Notebook 01_dispatch: its parameters."""
+"""Notebook 01_dispatch: its parameters and the helpers it calls (measurement with progress,
+the per-origin views of table ``dispatch`` and the prose built from them)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
+
+import pandas as pd
 
 from decodelab.core.params import NotebookParams as BaseParams
 from decodelab.core.params import param
@@ -17,3 +20,94 @@ class NotebookParams(BaseParams):
 
     measure_live: bool = param(True, "measure this machine (without CUDA: eager on the CPU "
                                      "backend)")
+
+
+def measure(profile: str) -> tuple[list, list[str]]:
+    """Validate and time every point of the profile's plan, with a progress bar (a notebook
+    widget in JupyterLab, text elsewhere): (rows, failures)."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from decodelab.dispatch.bench import plan_for, points, run
+
+    plan = plan_for(profile)
+    with tqdm(total=2 * len(points(plan)), desc="dispatch points (time, then profile)",
+              unit="pt") as bar:
+        def log(line: str) -> None:
+            bar.update(1)
+            bar.set_postfix_str(line.removeprefix("[dispatch] ")[:60], refresh=False)
+
+        with torch.no_grad():
+            rows, failures = run(plan, log=log)
+    return rows, failures
+
+
+def measure_and_store(profile: str) -> list[str]:
+    """Measure, write table ``dispatch`` under ``data/local/`` and return the failures."""
+    from decodelab.core.results import write_table
+    from decodelab.dispatch.bench import TABLE, plan_for
+
+    rows, failures = measure(profile)
+    if rows:
+        write_table(TABLE, rows, config=plan_for(profile), profile=profile)
+    return failures
+
+
+def load() -> pd.DataFrame:
+    """Every stored copy of table ``dispatch`` (reference and this machine), or an empty one."""
+    from decodelab.core.results import has_table, load_table
+    from decodelab.dispatch.bench import TABLE
+
+    return load_table(TABLE) if has_table(TABLE) else pd.DataFrame()
+
+
+def by_backend(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(GPU rows, CPU-backend rows) of the table."""
+    if table.empty:
+        return table, table
+    return table[table["backend"] == "cuda"], table[table["backend"] == "cpu"]
+
+
+def origins(frame: pd.DataFrame) -> list[str]:
+    """The origins of a frame, shipped references first, in a stable order."""
+    if frame.empty:
+        return []
+    return sorted(frame["origin"].unique(), key=lambda o: (o == "local", o))
+
+
+def sources(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows per origin, device and backend: what the figures below are made of."""
+    return table.groupby(["origin", "device", "backend"]).size().rename("rows").reset_index()
+
+
+def slug(origin: str) -> str:
+    """An origin as part of a file name: ``reference/h200`` -> ``reference_h200``."""
+    return origin.replace("/", "_")
+
+
+def ratio_lines(ratios: pd.DataFrame, seed_ratio: float) -> str:
+    """One Markdown line per named config and origin: host CPU and wall, eager / graph."""
+    from decodelab.plots import origin_label
+
+    return "\n".join(
+        f"- **{r['config']}** ({origin_label(r['origin'])}): host CPU {r['host_ratio']:.1f}x "
+        f"lower with a graph, wall {r['wall_ratio']:.2f}x (seed: ~{seed_ratio:g}x host CPU)"
+        for _, r in ratios.iterrows())
+
+
+def per_op(cpu: pd.DataFrame) -> pd.DataFrame:
+    """CPU-backend rows with the host cost per ATen operator (host time / ops per step)."""
+    out = cpu.assign(us_per_op=cpu["host_us_per_step"] / cpu["kernels_per_step"])
+    return out[["origin", "config", "hidden", "layers", "batch", "wall_us_per_step",
+                "host_us_per_step", "kernels_per_step", "us_per_op"]]
+
+
+def explorer_rows(gpu: pd.DataFrame, cpu: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series | None]:
+    """The rows the explorer picks from (the first GPU origin's, else the CPU's) and its start
+    point (the sweep's first row, else the first row)."""
+    frame = gpu if not gpu.empty else cpu
+    if frame.empty:
+        return frame, None
+    rows = frame[frame["origin"] == origins(frame)[0]]
+    sweep = rows[rows["config"] == "sweep"]
+    return rows, (sweep.iloc[0] if not sweep.empty else rows.iloc[0])

@@ -1,7 +1,8 @@
-"""Figure helpers shared by the notebooks (one submodule per phase).
+"""Figure and table helpers shared by the notebooks (one submodule per phase).
 
 Every figure in a notebook comes from a function here that a test can call; figures are saved
-to ``figures/`` by :func:`save`.
+to ``figures/`` by :func:`save`. Colours come from :mod:`.palette` (one per quantity, origin
+and mode), and every table is shown through :func:`show_table` (:mod:`.tables`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ from pathlib import Path
 import matplotlib
 
 from decodelab.core import paths
+from decodelab.plots.palette import origin_color, origin_label, quantity_color
+from decodelab.plots.tables import show_table
+
+__all__ = ["origin_color", "origin_label", "quantity_color", "save", "show_table", "use_style"]
 
 
 def use_style() -> None:
@@ -39,9 +44,3 @@ def save(fig, name: str, folder: Path | None = None) -> Path:
         raise
     return target
 
-
-def origin_label(origin: str) -> str:
-    """'reference/h200' -> 'H200 (shipped reference)', 'local' -> 'this machine'."""
-    if origin.startswith("reference/"):
-        return f"{origin.split('/', 1)[1].upper()} (shipped reference)"
-    return "this machine"

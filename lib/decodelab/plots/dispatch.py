@@ -8,9 +8,9 @@ import pandas as pd
 
 from decodelab.dispatch.analysis import SWEEP_AXES, along_axis
 from decodelab.dispatch.modes import MODES
-from decodelab.plots import origin_label
+from decodelab.plots.palette import origin_label, quantity_color
 
-COLORS = {"device busy": "#0173b2", "GPU idle": "#de8f05", "host CPU": "#029e73"}
+COLORS = {q: quantity_color(q) for q in ("device busy", "GPU idle", "host CPU", "wall")}
 MODE_STYLE = {"eager": "-", "cuda_graph": "--", "compile": ":", "compile_graphs": "-."}
 
 
@@ -39,11 +39,14 @@ def stacked_bars(frame: pd.DataFrame) -> plt.Figure:
         busy = rows.loc[modes, "device_us_per_step"].to_numpy(float)
         host = rows.loc[modes, "host_us_per_step"].to_numpy(float)
         has_device = ~np.isnan(busy)
-        busy_shown = np.where(has_device, np.minimum(busy, wall), 0.0)
-        idle = np.where(has_device, wall - busy_shown, wall)
-        ax.bar(x - 0.2, busy_shown, 0.38, color=COLORS["device busy"], label="device busy")
-        ax.bar(x - 0.2, idle, 0.38, bottom=busy_shown, color=COLORS["GPU idle"],
-               label="GPU idle (wall − busy)" if has_device.any() else "wall (no device)")
+        if has_device.any():
+            busy_shown = np.where(has_device, np.minimum(busy, wall), 0.0)
+            ax.bar(x - 0.2, busy_shown, 0.38, color=COLORS["device busy"], label="device busy")
+            ax.bar(x - 0.2, wall - busy_shown, 0.38, bottom=busy_shown, color=COLORS["GPU idle"],
+                   label="GPU idle (wall − busy)")
+        else:  # the CPU backend: no device to be busy or idle, only the wall clock
+            ax.bar(x - 0.2, wall, 0.38, facecolor="white", edgecolor=COLORS["wall"],
+                   label="wall (no device)")
         ax.bar(x + 0.2, host, 0.38, color=COLORS["host CPU"], label="host CPU (issue)")
         ax.set_xticks(x, [m.replace("_", "\n") for m in modes])
         ax.set_title(config)
@@ -91,35 +94,41 @@ def ratio_figure(ratios: pd.DataFrame, seed_ratio: float) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(7, 4))
     x = np.arange(len(ratios))
     ax.bar(x - 0.2, ratios["host_ratio"], 0.38, color=COLORS["host CPU"], label="host CPU ratio")
-    ax.bar(x + 0.2, ratios["wall_ratio"], 0.38, color=COLORS["device busy"], label="wall ratio")
+    ax.bar(x + 0.2, ratios["wall_ratio"], 0.38, facecolor="white", edgecolor=COLORS["wall"],
+           label="wall ratio")
     ax.axhline(seed_ratio, color="black", ls="--", lw=1,
                label=f"seed (SM75): ~{seed_ratio:g}x host CPU")
     ax.set_xticks(x, list(ratios["config"]))
     ax.set_yscale("log")
     ax.set_ylabel("eager / cuda_graph")
     ax.legend(fontsize=8)
-    ax.set_title("What a CUDA graph removes per step")
+    ax.set_title(f"What a CUDA graph removes per step — {_title(ratios)}".rstrip(" —"))
     fig.tight_layout()
     return fig
 
 
 def point_figure(rows: pd.DataFrame) -> plt.Figure:
-    """One config, every mode: wall, host CPU and device-busy µs per step side by side."""
+    """One config, every mode: wall (outline), host CPU and device-busy µs per step side by
+    side, in the colours of every other figure; the origin is in the title."""
     fig, ax = plt.subplots(figsize=(7, 3.8))
     modes = _modes(rows)
     x = np.arange(len(modes))
-    rows = rows.drop_duplicates("mode").set_index("mode")
+    shown = rows.drop_duplicates("mode").set_index("mode")
     for i, (col, name) in enumerate((("wall_us_per_step", "wall"),
                                      ("host_us_per_step", "host CPU"),
                                      ("device_us_per_step", "device busy"))):
-        values = rows.loc[modes, col].to_numpy(float)
-        ax.bar(x + (i - 1) * 0.27, np.nan_to_num(values), 0.26, label=name)
+        values = shown.loc[modes, col].to_numpy(float)
+        if np.isnan(values).all():
+            continue
+        style = (dict(facecolor="white", edgecolor=COLORS[name]) if name == "wall"
+                 else dict(color=COLORS[name]))
+        ax.bar(x + (i - 1) * 0.27, np.nan_to_num(values), 0.26, label=name, **style)
     ax.set_xticks(x, modes)
     ax.set_ylabel("µs per step")
-    if not rows.empty:
-        first = rows.iloc[0]
+    if not shown.empty:
+        first = shown.iloc[0]
         ax.set_title(f"H={first['hidden']} L={first['layers']} B={first['batch']} "
-                     f"({first['config']})")
+                     f"({first['config']}) — {_title(rows)}".rstrip(" —"))
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

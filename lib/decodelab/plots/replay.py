@@ -6,10 +6,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from decodelab.plots import origin_label
+from decodelab.plots.palette import mode_color, origin_label
 
-_KIND_COLORS = {"graph": "C0", "eager": "C3"}
-_VARIANT_COLORS = {"none": "C0", "readout": "C1"}
+_KIND_COLORS = {"graph": mode_color("graph"), "eager": mode_color("eager")}
+_VARIANT_COLORS = {"none": mode_color("graph"), "readout": mode_color("readout")}
 _MARKERS = "osD^v"
 
 
@@ -106,13 +106,15 @@ def tradeoff_figure(model: pd.DataFrame, simulated: pd.DataFrame | None = None, 
               ("waste_fraction", "wasted fraction of executed steps"),
               ("time_to_client_us", "time to client per replay (µs)"))
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
-    for j, p in enumerate(sorted(model["p_stop"].unique())):
+    probs = sorted(model["p_stop"].unique())
+    shades = plt.cm.viridis(np.linspace(0.1, 0.8, len(probs)))  # an ordered parameter, not a quantity
+    for j, p in enumerate(probs):
         m = model[model["p_stop"] == p].sort_values("k_steps")
         s = None if simulated is None else simulated[simulated["p_stop"] == p]
         for ax, (col, ylabel) in zip(axes, panels, strict=True):
-            ax.plot(m["k_steps"], m[col], color=f"C{j}", label=f"model, p={p:g}")
+            ax.plot(m["k_steps"], m[col], color=shades[j], label=f"model, p={p:g}")
             if s is not None and not s.empty:
-                ax.plot(s["k_steps"], s[col], "o", color=f"C{j}", ms=5,
+                ax.plot(s["k_steps"], s[col], "o", color=shades[j], ms=5,
                         label=f"simulated, p={p:g}")
             ax.set(xscale="log", yscale="linear" if col == "waste_fraction" else "log",
                    xlabel="steps per graph (K)", ylabel=ylabel)

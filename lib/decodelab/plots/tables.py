@@ -1,0 +1,161 @@
+"""One look for every table a notebook shows: :func:`show_table`.
+
+A result table's own column names (``wall_us_per_step``, ``roofline_fraction``) are for code;
+a reader gets a label with its unit ("wall (µs/step)", "of roofline"), numbers rounded by
+what they measure (three significant digits for times, percentages for shares, ``x`` for
+ratios, thousands separators, never an exponent or six decimals), origins in words, missing
+values as "–" with a note saying so, no positional index, and cells that wrap instead of
+widening the page.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+
+import pandas as pd
+
+from decodelab.plots.palette import origin_label
+
+MISSING = "–"
+MISSING_NOTE = f"{MISSING}: not measured, or not applicable to that row."
+
+# Labels of columns that many tables share; any other column is labelled by its unit suffix.
+LABELS: dict[str, str] = {
+    "origin": "source", "ms_per_token": "step (ms)", "tokens_per_s": "tokens/s",
+    "device_ms_per_step": "device span (ms)", "host_ms_per_step": "host (ms/step)",
+    "bytes_per_step": "bytes per step", "achieved_gb_s": "achieved (GB/s)",
+    "copy_gb_s": "copy bandwidth (GB/s)", "roofline_fraction": "of roofline",
+    "us_per_step": "µs per step", "steps_per_s": "steps/s", "nbytes": "message (bytes)",
+    "r2": "R²", "r2_per_replay": "R² per replay", "tp": "TP", "k_steps": "K",
+    "idle_fraction": "GPU idle", "setup_s": "capture / compile (s)",
+}
+# Unit suffixes, longest first: ``wall_us_per_step`` -> "wall (µs/step)".
+_UNITS: tuple[tuple[str, str], ...] = (
+    ("_us_per_step", "µs/step"), ("_ms_per_step", "ms/step"), ("_us_per_op", "µs/op"),
+    ("_us_per_call", "µs/call"), ("_us_per_token", "µs/token"), ("_gb_s", "GB/s"),
+    ("_tb_s", "TB/s"), ("_tok_s", "tokens/s"), ("_mib", "MiB"), ("_gib", "GiB"),
+    ("_bytes", "bytes"), ("_us", "µs"), ("_ms", "ms"), ("_s", "s"),
+)
+_PERCENT_WORDS = ("share", "fraction", "_rel")
+_RATIO_WORDS = ("ratio", "speedup")
+_CSS = [
+    {"selector": "", "props": "max-width: 100%; border-collapse: collapse; font-size: 0.85em; "
+                              "margin-bottom: 0.6em;"},
+    {"selector": "th, td", "props": "white-space: normal; overflow-wrap: anywhere; "
+                                    "padding: 2px 8px; vertical-align: top;"},
+    {"selector": "th", "props": "text-align: left; font-weight: 600;"},
+    {"selector": "caption", "props": "caption-side: bottom; text-align: left; "
+                                     "font-size: 0.9em; color: #555; padding-top: 4px;"},
+]
+
+
+def column_label(name: str) -> str:
+    """A reader's label for a result-table column, with its unit."""
+    if name in LABELS:
+        return LABELS[name]
+    for suffix, unit in _UNITS:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return f"{name[: -len(suffix)].replace('_', ' ')} ({unit})"
+    return name.replace("_", " ")
+
+
+def fmt_number(value: float, digits: int = 3) -> str:
+    """Three significant digits, thousands separators, no exponent: 507223.07 -> "507,223",
+    0.0123456 -> "0.0123", 2.0 -> "2"."""
+    if not math.isfinite(value):
+        return MISSING
+    if value == 0 or abs(value) >= 10 ** (digits - 1):
+        return f"{value:,.0f}"
+    decimals = digits - 1 - math.floor(math.log10(abs(value)))
+    return f"{value:,.{min(decimals, 8)}f}".rstrip("0").rstrip(".")
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
+
+
+def _origins(column: pd.Series) -> bool:
+    """Whether every value is an origin (``local`` or ``reference/<name>``)."""
+    values = column.dropna()
+    return not values.empty and values.map(
+        lambda v: isinstance(v, str) and (v == "local" or v.startswith("reference/"))).all()
+
+
+def _percent(value: float) -> str:
+    return f"{value:.1%}" if abs(value) < 0.1 else f"{value:.0%}"
+
+
+def formatter(name: str, column: pd.Series) -> Callable[[object], str]:
+    """How one column's cells are written, from its name and values."""
+    lower = name.lower()
+    if lower == "origin" or (lower == "source" and _origins(column)):
+        return lambda v: origin_label(str(v))
+    if pd.api.types.is_bool_dtype(column):
+        return lambda v: "yes" if v else "no"
+    if not pd.api.types.is_numeric_dtype(column):
+        return str
+    if lower.startswith("r2"):
+        return lambda v: f"{v:.4f}"
+    if any(w in lower for w in _PERCENT_WORDS):
+        return _percent
+    if any(w in lower for w in _RATIO_WORDS):
+        return lambda v: f"{v:,.2f}x"
+    if pd.api.types.is_integer_dtype(column) or column.dropna().map(float.is_integer).all():
+        return lambda v: f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.0f}"
+    return fmt_number
+
+
+def _cell(fmt: Callable[[object], str]) -> Callable[[object], str]:
+    def write(value: object) -> str:
+        if _missing(value):
+            return MISSING
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            return fmt(float(value)) if fmt is not str else str(value)
+        return fmt(value)
+    return write
+
+
+def tidy(frame: pd.DataFrame, columns: Sequence[str] | Mapping[str, str] | None = None
+         ) -> tuple[pd.DataFrame, dict[str, str]]:
+    """The rows to show (a named index becomes columns, a positional one is dropped) and the
+    label of each shown column."""
+    if any(n is not None for n in frame.index.names):
+        frame = frame.reset_index()
+    else:
+        frame = frame.reset_index(drop=True)
+    if columns is None:
+        labels = {c: column_label(str(c)) for c in frame.columns}
+    elif isinstance(columns, Mapping):
+        labels = dict(columns)
+    else:
+        labels = {c: column_label(str(c)) for c in columns}
+    twice = sorted({v for v in labels.values() if list(labels.values()).count(v) > 1})
+    if twice:
+        raise ValueError(f"column label(s) {', '.join(map(repr, twice))} given twice")
+    missing = [c for c in labels if c not in frame.columns]
+    if missing:
+        raise KeyError(f"no column(s) {', '.join(map(repr, missing))}; "
+                       f"the table has {', '.join(map(str, frame.columns))}")
+    return frame[list(labels)], labels
+
+
+def show_table(frame: pd.DataFrame, columns: Sequence[str] | Mapping[str, str] | None = None,
+               *, caption: str = "", formats: Mapping[str, Callable[[object], str]] | None = None):
+    """A pandas Styler of ``frame`` for display: ``columns`` picks (and, as a mapping, labels)
+    the columns; ``formats`` overrides how a column's cells are written. Missing values are
+    shown as "–" and the caption then says what that means."""
+    rows, labels = tidy(frame, columns)
+    formats = dict(formats or {})
+    cells = {c: _cell(formats.get(c) or formatter(str(c), rows[c])) for c in rows.columns}
+    shown = pd.DataFrame({labels[c]: rows[c].map(cells[c]) for c in rows.columns})
+    note = MISSING_NOTE if rows.map(_missing).to_numpy().any() else ""
+    styler = (shown.style.hide(axis="index").set_table_styles(_CSS).format(escape="html")
+              .format_index(escape="html", axis=1))
+    numeric = [labels[c] for c in rows.columns
+               if pd.api.types.is_numeric_dtype(rows[c]) and not pd.api.types.is_bool_dtype(rows[c])]
+    if numeric:
+        styler = styler.set_properties(subset=numeric, **{"text-align": "right"})
+    text = " ".join(part for part in (caption, note) if part)
+    return styler.set_caption(text) if text else styler
