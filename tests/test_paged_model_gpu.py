@@ -32,6 +32,32 @@ def test_triton_attention_equals_reference(shape):
     assert checks.check_attention(cache, batches=(1, 3, 8, 32, 128)) <= checks.TRITON_RTOL
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("group", [1, 4, 7])
+def test_paged_attention_over_any_block_table(dtype, group):
+    """Shuffled, non-contiguous blocks; contexts of 1, a partial last block, exact multiples of
+    the block size and long ones in one batch; every split count the plan picks (batch 1..64)."""
+    from decodelab.model.attention import paged_decode_attention_ref
+    from decodelab.model.triton.attention import paged_decode_attention
+
+    gen = torch.Generator(device="cuda").manual_seed(group)
+    hkv, d, bs = 2, 64, 16
+    for batch in (1, 5, 64):
+        lens = torch.tensor([(1, 17, 32, 1000, 4095)[i % 5] for i in range(batch)],
+                            dtype=torch.int32, device="cuda")
+        width = -(-int(lens.max()) // bs)
+        blocks = batch * width + 3
+        k = torch.randn((blocks, hkv, bs, d), generator=gen, device="cuda").to(dtype)
+        v = torch.randn((blocks, hkv, bs, d), generator=gen, device="cuda").to(dtype)
+        bt = torch.randperm(blocks, generator=gen, device="cuda")[:batch * width]
+        bt = bt.view(batch, width).int()
+        q = torch.randn((batch, hkv * group, d), generator=gen, device="cuda").to(dtype)
+        ref = paged_decode_attention_ref(q, k, v, bt, lens, d ** -0.5)
+        got = paged_decode_attention(q, k, v, bt, lens, d ** -0.5)
+        bound = 1e-5 if dtype == torch.float32 else checks.TRITON_RTOL
+        assert checks.rel_err(got, ref) <= bound, (batch, dtype, group)
+
+
 def test_triton_ops_match_torch_ops_bf16():
     fast, _ = build()
     ref = PagedLlama(fast.config, fast.weights, fast.cache, backend="torch")

@@ -1,0 +1,34 @@
+"""The launch policy of paged decode attention (torch-free of kernels, so tested anywhere)."""
+
+from __future__ import annotations
+
+import pytest
+
+from decodelab.model.triton.attention_plan import (
+    BUSY_PROGRAMS_PER_SM,
+    MAX_SPLITS,
+    PROGRAMS_PER_SM,
+    launch_for,
+    num_splits,
+)
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 8, 32, 128, 1024])
+@pytest.mark.parametrize("kv_heads", [1, 8])
+def test_splits_fill_the_gpu_and_stay_a_power_of_two(batch, kv_heads):
+    sms = 132
+    splits = num_splits(batch, kv_heads, sms)
+    assert splits & (splits - 1) == 0 and 1 <= splits <= MAX_SPLITS
+    programs = batch * kv_heads * splits
+    # Enough programs for the target unless capped; one doubling more would overshoot it.
+    assert programs >= PROGRAMS_PER_SM * sms or splits == MAX_SPLITS or splits * 2 > -(
+        -PROGRAMS_PER_SM * sms // (batch * kv_heads))
+    if batch * kv_heads >= PROGRAMS_PER_SM * sms:
+        assert splits == 1
+
+
+def test_launch_narrows_when_the_gpu_is_busy():
+    sms = 132
+    busy, sparse = launch_for(BUSY_PROGRAMS_PER_SM * sms, sms), launch_for(sms, sms)
+    assert (busy.tile, busy.warps) == (64, 2)
+    assert (sparse.tile, sparse.warps) == (128, 4)
