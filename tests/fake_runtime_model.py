@@ -24,7 +24,7 @@ import torch
 
 from decodelab.model.block_pool import BlockPool
 
-_P = 1_000_003
+_HASH_MOD = 1_000_003  # a prime: the context hash reduced mod it spreads over the table rows
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class FakeModel:
         """ctx (B, L) token ids (-1 past the end), lens (B,) -> (B, V)."""
         n = ctx.shape[1]
         valid = torch.arange(n)[None, :] < lens[:, None]
-        h = torch.where(valid, (ctx + 7) * self.weights[:n], 0).sum(-1) % _P
+        h = torch.where(valid, (ctx + 7) * self.weights[:n], 0).sum(-1) % _HASH_MOD
         out = self.table[h % self.table.shape[0]].clone()
         if self.poison is not None:
             bad = (ctx[:, 0] == self.poison) & (lens > self.poison_after)

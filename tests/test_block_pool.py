@@ -88,3 +88,13 @@ def test_block_pool_imports_no_torch():
     code = ("import sys; import decodelab.model.block_pool; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@given(st.integers(1, 64), st.integers(0, 1000))
+def test_one_blocks_needed_for_pool_and_scheduler(block_size, tokens):
+    from decodelab.engine.scheduler import SchedulerConfig
+    from decodelab.model.block_pool import blocks_needed
+
+    sched = SchedulerConfig(block_size, max_num_seqs=1, max_model_len=2)
+    assert (BlockPool(1, block_size).blocks_needed(tokens) == sched.blocks_needed(tokens)
+            == blocks_needed(tokens, block_size))

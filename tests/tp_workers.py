@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from decodelab.model.block_pool import blocks_needed
 from decodelab.model.config import named_config
 from decodelab.model.weights import random_weights
 from decodelab.parallel.check import build_model, greedy
@@ -34,7 +35,7 @@ def nccl_matches_tp1(world: TPGroup, model_name: str, new_tokens: int):
     config = named_config(model_name)
     full = random_weights(config, seed=0, dtype=torch.bfloat16, device=world.device)
     batch = prompts(config, 8)
-    width = -(-(max(map(len, batch)) + new_tokens) // 16)
+    width = blocks_needed(max(map(len, batch)) + new_tokens, 16)
     ref = None
     solo = sub_group(world, 1)
     if solo is not None:

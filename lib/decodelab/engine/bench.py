@@ -49,11 +49,17 @@ from decodelab.core.validate import check_choice
 from decodelab.engine import runs
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.rows import BatchRow, RunStamp, RuntimeRow, StepRow, stamped
+from decodelab.model.block_pool import blocks_needed
 from decodelab.model.config import named_config
+from decodelab.model.graphs import DEFAULT_BUCKETS, DecodeGraphs
 from decodelab.model.kv_cache import PagedKVCache
 from decodelab.model.llama import PagedLlama
 from decodelab.model.weights import random_weights
 from decodelab.model.workload import on_bench_device
+
+# Blocks beyond the computed need (the largest batch's rows at max_model_len tokens each): no
+# measured run ever waits for or preempts a block.
+SPARE_BLOCKS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,18 +107,22 @@ def _setup(cfg: RuntimeBenchConfig, dev: torch.device):
     mcfg = named_config(cfg.model)
     dtype = getattr(torch, cfg.dtype)
     weights = random_weights(mcfg, 0, dtype=dtype, device=dev)
-    per_seq = -(-cfg.max_model_len // cfg.block_size)
-    cache = PagedKVCache(mcfg, max(cfg.batches) * per_seq + 16, cfg.block_size, dtype=dtype,
-                         device=dev)
+    per_seq = blocks_needed(cfg.max_model_len, cfg.block_size)
+    cache = PagedKVCache(mcfg, max(cfg.batches) * per_seq + SPARE_BLOCKS, cfg.block_size,
+                         dtype=dtype, device=dev)
     model = PagedLlama(mcfg, weights, cache)
     graphs = None
     if dev.type == "cuda":
-        from decodelab.model.graphs import DecodeGraphs
-
-        buckets = sorted({1, 2, 4, 8, 16, 24, 32, *cfg.batches})
-        graphs = DecodeGraphs(model, buckets=[b for b in buckets if b <= max(cfg.batches)],
+        graphs = DecodeGraphs(model, buckets=graph_buckets(cfg.batches),
                               max_blocks_per_seq=per_seq)
     return model, graphs
+
+
+def graph_buckets(batches: tuple[int, ...]) -> tuple[int, ...]:
+    """The decode graphs' buckets: the default ones up to the largest batch (the engine's
+    ``max_num_seqs``: no larger bucket is ever used), and every measured batch."""
+    top = max(batches)
+    return tuple(sorted({*(b for b in DEFAULT_BUCKETS if b <= top), *batches}))
 
 
 def bench(profile: str, out_dir: Path) -> list[Path]:

@@ -46,6 +46,9 @@ from decodelab.engine.step_graphs import StepGraphs
 from decodelab.engine.stream import RequestHandle, TokenEvent, stop_reason
 
 NAN = float("nan")
+# A request without a seed gets engine seed * SEED_STRIDE + its arrival number: a prime larger
+# than any run's number of requests, so no two (engine seed, arrival) pairs share a seed.
+SEED_STRIDE = 1_000_003
 
 
 @dataclass(slots=True)
@@ -115,7 +118,7 @@ class Engine:
             self.metrics.error("invalid_request")
             raise
         p = request.params
-        seed = p.seed if p.seed is not None else (self.cfg.seed * 1_000_003 + self._arrivals)
+        seed = p.seed if p.seed is not None else (self.cfg.seed * SEED_STRIDE + self._arrivals)
         t_arrival = arrival_time if arrival_time is not None else time.perf_counter()
         seq = Sequence(request, arrival=self._arrivals, seed=seed, t_arrival=t_arrival)
         self._arrivals += 1

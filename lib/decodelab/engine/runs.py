@@ -26,8 +26,12 @@ from decodelab.engine.sampler import (
     sample,
     sample_step,
 )
+from decodelab.model.block_pool import blocks_needed
 
 NAN = float("nan")
+# Tokens each steady request may produce beyond the counted steps: count_ops profiles 5 more
+# steps after them, and the batch must still be full and decoding in every one.
+TAIL_TOKENS = 16
 # Mixed rows of the steady batch: every row has its own temperature, top-k and top-p.
 MIXED = (dict(temperature=0.8, top_k=50, top_p=0.9), dict(temperature=1.0, top_k=20),
          dict(temperature=0.7, top_k=100, top_p=0.95, min_p=0.05),
@@ -85,7 +89,7 @@ def time_engine(model, graphs, ecfg: EngineConfig, batch: int, cfg, *, ops: bool
     """Steady decode of ``batch`` rows: warm up (admission, prefill), then time chunks."""
     dev = torch.device(model.device)
     eng = Engine(model, ecfg, graphs)
-    reqs = steady_requests(model.config.vocab_size, batch, cfg.prompt_len, cfg.steady_steps + 16)
+    reqs = steady_requests(model.config.vocab_size, batch, cfg.prompt_len, cfg.steady_steps + TAIL_TOKENS)
     handles = [eng.submit(r) for r in reqs]
     for _ in range(cfg.warmup_steps):
         eng.step()
@@ -117,7 +121,7 @@ def time_bare_forward(model, graphs, batch: int, context: int, cfg, *, ops: bool
     cache, dev = model.cache, torch.device(model.device)
     bs = cache.block_size
     tables = [cache.pool.allocate(cache.pool.blocks_needed(context)) for _ in range(batch)]
-    bt = cache.block_table_tensor(tables, width=-(-cfg.max_model_len // bs))
+    bt = cache.block_table_tensor(tables, width=blocks_needed(cfg.max_model_len, bs))
     pos = torch.full((batch,), context - 1, dtype=torch.int64, device=dev)
     rows = torch.arange(batch, device=dev)
     slots = bt[rows, pos // bs].long() * bs + pos % bs

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from decodelab.core.validate import check_int
 from decodelab.engine.requests import Sequence
+from decodelab.model.block_pool import blocks_needed
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +38,7 @@ class SchedulerConfig:
         check_int("SchedulerConfig", "max_prefill_tokens", self.max_prefill_tokens, 1)
 
     def blocks_needed(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
+        return blocks_needed(num_tokens, self.block_size)
 
 
 @dataclass(frozen=True, slots=True)

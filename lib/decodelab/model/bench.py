@@ -33,12 +33,18 @@ from decodelab.core.results import write_table
 from decodelab.core.timing import TimingConfig, median_times
 from decodelab.core.validate import check_choice
 from decodelab.model import check as checks
+from decodelab.model.block_pool import blocks_needed
 from decodelab.model.config import named_config
 from decodelab.model.kv_cache import PagedKVCache
 from decodelab.model.llama import PagedLlama
 from decodelab.model.rows import KernelRow, LinearRow, PagedModelRow
 from decodelab.model.weights import from_state_dict, random_state_dict
 from decodelab.model.workload import copy_bandwidth_gb_s, decode_inputs, on_bench_device
+
+# Blocks beyond the timed batches' own: the validation's greedy runs before timing (up to 8
+# prompts of check.PROMPT_LENS plus 16 new tokens, 44 blocks of 16) must fit even where the
+# timed batches are small (the CPU profiles).
+VALIDATION_BLOCKS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +117,9 @@ def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list
     sd = random_state_dict(mcfg, seed=0, dtype=dtype, device=dev)
     weights = from_state_dict(mcfg, sd, dtype=dtype, device=dev)
     max_ctx = max(cfg.contexts)
-    blocks_per_seq = -(-max_ctx // cfg.block_size) + 1
-    cache = PagedKVCache(mcfg, max(cfg.batches) * blocks_per_seq + 64, cfg.block_size,
-                         dtype=dtype, device=dev)
+    blocks_per_seq = blocks_needed(max_ctx, cfg.block_size) + 1
+    cache = PagedKVCache(mcfg, max(cfg.batches) * blocks_per_seq + VALIDATION_BLOCKS,
+                         cfg.block_size, dtype=dtype, device=dev)
     model = PagedLlama(mcfg, weights, cache)
     graphs = checks.make_graphs(model, cfg.batches, blocks_per_seq) if dev.type == "cuda" else None
     hf = checks.hf_model(mcfg, sd, dev)

@@ -2,8 +2,9 @@
 
 Interface (stable; the scheduler and engine build on it):
 
+    blocks_needed(num_tokens, block_size) -> int  # ceil(num_tokens / block_size)
     pool = BlockPool(num_blocks, block_size)
-    pool.blocks_needed(num_tokens) -> int       # ceil(num_tokens / block_size)
+    pool.blocks_needed(num_tokens) -> int       # the same, with this pool's block size
     pool.can_allocate(n) -> bool
     pool.allocate(n) -> list[int]               # BlockPoolExhausted if fewer than n are free
     pool.free(blocks)                           # ValueError on a double free or a foreign id
@@ -20,6 +21,11 @@ from collections import deque
 from collections.abc import Iterable
 
 from decodelab.core.validate import check_int
+
+
+def blocks_needed(num_tokens: int, block_size: int) -> int:
+    """Blocks of ``block_size`` tokens that hold ``num_tokens`` tokens (0 tokens need 0)."""
+    return -(-num_tokens // block_size)
 
 
 class BlockPoolExhausted(RuntimeError):
@@ -52,7 +58,7 @@ class BlockPool:
     def blocks_needed(self, num_tokens: int) -> int:
         """Blocks that hold ``num_tokens`` tokens (0 tokens need 0 blocks)."""
         check_int("BlockPool.blocks_needed", "num_tokens", num_tokens, 0)
-        return -(-num_tokens // self.block_size)
+        return blocks_needed(num_tokens, self.block_size)
 
     def can_allocate(self, n: int) -> bool:
         check_int("BlockPool.can_allocate", "n", n, 0)

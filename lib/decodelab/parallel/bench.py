@@ -39,6 +39,7 @@ from decodelab.core.profiles import PROFILES
 from decodelab.core.results import write_table
 from decodelab.core.timing import TimingConfig, median_times
 from decodelab.core.validate import check_choice
+from decodelab.model.block_pool import blocks_needed
 from decodelab.model.check import prompts, rel_err
 from decodelab.model.config import named_config
 from decodelab.model.graphs import DecodeGraphs
@@ -58,6 +59,10 @@ from decodelab.parallel.rows import ProfileRow, R, TPChecks, TPRow, stamped
 from decodelab.parallel.shard import check_tp
 
 SWEEP_BYTES = tuple(1 << k for k in range(10, 29))  # 1 KiB .. 256 MiB
+# Blocks beyond the timed batches' own: validation's greedy runs (4 prompts of
+# model.check.PROMPT_LENS plus check_tokens) must fit where the timed batches are small.
+VALIDATION_BLOCKS = 64
+SPARE_BLOCKS = 8  # beyond the one batch-1 sequence of the profiled step
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,9 +186,10 @@ def _profile_rows(cfg: TPBenchConfig, world: TPGroup, dtype: torch.dtype) -> lis
     """Per-op host and device time of one TP=world step of the first model, batch 1, eager and
     graph, on every rank (gathered on rank 0)."""
     config = named_config(cfg.models[0])
-    width = -(-cfg.context // cfg.block_size) + 1
+    width = blocks_needed(cfg.context, cfg.block_size) + 1
     full = random_weights(config, seed=0, dtype=dtype, device=world.device)
-    model = build_model(config, full, world, num_blocks=width + 8, block_size=cfg.block_size)
+    model = build_model(config, full, world, num_blocks=width + SPARE_BLOCKS,
+                        block_size=cfg.block_size)
     del full
     tables, inputs = decode_inputs(model.cache, 1, cfg.context, torch.Generator().manual_seed(0))
     steps = {"eager": model.decode}
@@ -203,7 +209,7 @@ def _bench_model(cfg: TPBenchConfig, world: TPGroup, name: str, dtype: torch.dty
     """TP=1 (rank 0 alone), then TP=world, for one model shape; rows on rank 0."""
     config = named_config(name)
     full = random_weights(config, seed=0, dtype=dtype, device=world.device)
-    width = -(-cfg.context // cfg.block_size) + 1
+    width = blocks_needed(cfg.context, cfg.block_size) + 1
     rows: list[TPRow] = []
     reference: list = [None]  # TP=1's teacher-forcing tokens and logits, shared by broadcast
     for tp in sorted({1, world.size}):
@@ -219,7 +225,7 @@ def _bench_tp(cfg, group: TPGroup, config, full, width: int, bw: float, referenc
               ) -> list[TPRow]:
     cuda = group.device.type == "cuda"
     max_batch = max(cfg.graph_batches + cfg.eager_batches)
-    model = build_model(config, full, group, num_blocks=max_batch * width + 64,
+    model = build_model(config, full, group, num_blocks=max_batch * width + VALIDATION_BLOCKS,
                         block_size=cfg.block_size)
     twin = model.with_group(group.without_comm()) if group.size > 1 else None
     graphs = twin_graphs = None
