@@ -13,6 +13,7 @@ from fake_runtime_model import EagerGraphs, FakeModel, Replay
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.engine import Engine
 from decodelab.engine.requests import InvalidRequestError, Request, SamplingParams, Status
+from decodelab.engine.stream import CallbackError, NonFiniteLogitsError, RequestError
 from decodelab.model.config import named_config
 from decodelab.model.kv_cache import PagedKVCache, slots_for
 from decodelab.model.llama import PagedLlama
@@ -167,15 +168,21 @@ def test_faults_isolated_healthy_outputs_unchanged():
         h = out[rid]
         if kind == "ok":
             assert h.status is Status.FINISHED and h.tokens == ref[rid]
+            assert h.exception is None and h.error is None
         elif kind == "abort" and len(ref[rid]) > 3:
             assert h.status is Status.ABORTED and h.tokens == ref[rid][:3]
+            assert h.exception is None
         elif kind == "raise" and len(ref[rid]) > 4:
             assert h.status is Status.FAILED and h.finish_reason == "callback_error"
             assert "client went away" in h.error
+            assert isinstance(h.exception, CallbackError) and h.error.startswith("CallbackError")
+            assert isinstance(h.exception.__cause__, ValueError)
         elif kind == "nan":
             req = next(r for r in faulty if r.request_id == rid)
             if len(req.prompt) + req.params.max_new_tokens - 1 > 8:  # reaches a NaN step
                 assert h.status is Status.FAILED and h.finish_reason == "non_finite_logits"
+                assert isinstance(h.exception, NonFiniteLogitsError)
+                assert h.error.startswith("NonFiniteLogitsError: logits of token")
             else:
                 assert h.status is Status.FINISHED
     n_nan = sum(out[r].finish_reason == "non_finite_logits" for r in kinds)
@@ -199,6 +206,8 @@ def test_step_error_fails_only_that_steps_rows():
     eng.run()
     failed = [h for h in handles if h.status is Status.FAILED]
     assert failed and all("device fault" in h.error for h in failed)
+    assert all(h.finish_reason == "step_error" and isinstance(h.exception, RuntimeError)
+               and not isinstance(h.exception, RequestError) for h in failed)
     assert eng.pool.num_free == eng.pool.num_total
 
 

@@ -43,7 +43,14 @@ from decodelab.engine.requests import (
 from decodelab.engine.sampler import PenaltyState, RowParams, choose_mode, sample_step
 from decodelab.engine.scheduler import Plan, Scheduler, SchedulerConfig
 from decodelab.engine.step_graphs import StepGraphs
-from decodelab.engine.stream import RequestHandle, TokenEvent, stop_reason
+from decodelab.engine.stream import (
+    CallbackError,
+    NonFiniteLogitsError,
+    RequestError,
+    RequestHandle,
+    TokenEvent,
+    stop_reason,
+)
 
 NAN = float("nan")
 # A request without a seed gets engine seed * SEED_STRIDE + its arrival number: a prime larger
@@ -220,7 +227,7 @@ class Engine:
                 cols += range(len(decode))
         except Exception as exc:  # noqa: BLE001 - a failed step fails its rows, not the engine
             for seq in [*admit, *decode]:
-                self._retire(seq, Status.FAILED, "step_error", f"{type(exc).__name__}: {exc}")
+                self._retire(seq, Status.FAILED, "step_error", exc)
             return
         for seq in rows:
             seq.launched += 1
@@ -295,8 +302,8 @@ class Engine:
             if seq.status.done:
                 continue  # ended after this step was launched: its row is discarded
             if toks[col] < 0:
-                self._retire(seq, Status.FAILED, "non_finite_logits",
-                             f"logits of token {len(seq.output)} were not finite")
+                self._fail(seq, NonFiniteLogitsError(
+                    f"logits of token {len(seq.output)} were not finite"))
                 continue
             self._accept(seq, toks[col])
 
@@ -325,8 +332,9 @@ class Engine:
             seq.request.on_token(event)
         except Exception as exc:  # noqa: BLE001 - isolate the client's error
             if not seq.status.done:
-                self._retire(seq, Status.FAILED, "callback_error",
-                             f"on_token raised {type(exc).__name__}: {exc}", notify=False)
+                err = CallbackError(f"on_token raised {type(exc).__name__}: {exc}")
+                err.__cause__ = exc
+                self._fail(seq, err, notify=False)
             else:
                 self.metrics.error("callback_error_at_end")
             return False
@@ -341,8 +349,12 @@ class Engine:
             self.free_slots.append(seq.slot)
             seq.slot = -1
 
-    def _retire(self, seq: Sequence, status: Status, reason: str, error: str | None = None,
-                *, notify: bool = True) -> None:
+    def _fail(self, seq: Sequence, err: RequestError, *, notify: bool = True) -> None:
+        """End ``seq`` (only) with ``err`` recorded: its class names the reason."""
+        self._retire(seq, Status.FAILED, err.reason, err, notify=notify)
+
+    def _retire(self, seq: Sequence, status: Status, reason: str,
+                failure: Exception | None = None, *, notify: bool = True) -> None:
         if seq.status.done:
             return
         if seq.status is Status.RUNNING:
@@ -351,7 +363,8 @@ class Engine:
             self.waiting.remove(seq)
         self._release(seq)
         self.active.pop(seq.request_id, None)
-        seq.status, seq.finish_reason, seq.error = status, reason, error
+        error = None if failure is None else f"{type(failure).__name__}: {failure}"
+        seq.status, seq.finish_reason, seq.error, seq.failure = status, reason, error, failure
         seq.t_done = time.perf_counter()
         self.metrics.outcomes[status.value] += 1
         if status is Status.FAILED:

@@ -171,6 +171,7 @@ class Sequence:
     slot: int = -1  # row slot in the engine's per-slot device tables while running
     finish_reason: str | None = None  # "eos", "stop", "length", "aborted" or an error class
     error: str | None = None
+    failure: Exception | None = None  # what failed it (stream.RequestError, a step's error)
     num_preemptions: int = 0
     t_arrival: float = 0.0
     t_first_token: float | None = None

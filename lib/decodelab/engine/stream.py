@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from decodelab.engine.requests import Sequence, Status
 
@@ -12,12 +12,23 @@ if TYPE_CHECKING:
     from decodelab.engine.engine import Engine
 
 
-class CallbackError(RuntimeError):
-    """A request's streaming callback raised; that request (only) failed."""
+class RequestError(RuntimeError):
+    """Why one request (only) failed, recorded on it (``RequestHandle.exception``); the engine
+    and the other requests go on. ``reason`` is the request's ``finish_reason``."""
+
+    reason: ClassVar[str]
 
 
-class NonFiniteLogitsError(RuntimeError):
-    """A request's logits held NaN or infinity; that request (only) failed."""
+class CallbackError(RequestError):
+    """A request's streaming callback raised (the client's exception is its ``__cause__``)."""
+
+    reason = "callback_error"
+
+
+class NonFiniteLogitsError(RequestError):
+    """A request's logits held NaN or infinity when its next token was sampled."""
+
+    reason = "non_finite_logits"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +92,14 @@ class RequestHandle:
 
     @property
     def error(self) -> str | None:
+        """``"ExceptionClass: message"`` of :attr:`exception`, or None."""
         return self._seq.error
+
+    @property
+    def exception(self) -> Exception | None:
+        """What failed this request: a :class:`RequestError` (callback, non-finite logits) or
+        the exception of a step that failed; None unless its status is failed."""
+        return self._seq.failure
 
     @property
     def num_preemptions(self) -> int:
