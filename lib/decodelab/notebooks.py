@@ -27,6 +27,8 @@ NOTEBOOK_PARAMS: dict[str, str] = {
     "01_dispatch": "decodelab.dispatch.notebook:NotebookParams",
     "02_replay": "decodelab.replay.notebook:NotebookParams",
     "03_persistent": "decodelab.persistent.notebook:NotebookParams",
+    "04_model": "decodelab.model.notebook:NotebookParams",
+    "04_model": "decodelab.model.notebook:NotebookParams",
     "04_runtime": "decodelab.engine.notebook:NotebookParams",
     "05_report": "decodelab.analysis.notebook:NotebookParams",
     "06_multi_gpu": "decodelab.parallel.notebook:NotebookParams",

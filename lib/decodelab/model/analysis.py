@@ -1,0 +1,212 @@
+"""The paged-model tables read for notebook 04_model: step time against the HBM roofline, tokens
+per second against ``transformers``, the per-kernel profile with the bytes each kernel moves,
+attention's bandwidth at long context and the graph capture cost.
+
+Pandas only (no torch): every function takes tables as ``load_table`` returns them (an
+``origin`` column labels the shipped reference and this machine's runs) and computes; nothing
+here holds a measured number. Bytes that a kernel must move are derived from the model's shapes
+(:class:`decodelab.model.config.ModelConfig`), never typed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pandas as pd
+
+OURS = ("eager", "graph")  # our paged model: op by op, and one graph replay per step
+PEERS = ("hf_dynamic", "hf_static")  # transformers' generate: default cache, static cache
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+# What a profiled kernel does, from its name: our Triton kernels start with "_"; cuBLAS names its
+# matmul kernels after the architecture (nvjet, sm90_xmma, cutlass, ..._gemm).
+ROLES: tuple[tuple[str, str], ...] = (
+    ("matmul (Triton gemv)", r"^_gemv"),
+    ("matmul (cuBLAS)", r"gemm|nvjet|cutlass|xmma"),
+    ("attention merge", r"merge_split"),
+    ("attention", r"attn"),
+    ("norm + residual", r"rms_norm"),
+    ("rotary + cache write", r"rope"),
+    ("copy", r"memcpy|copy"),
+    ("embedding gather", r"index|embed"),
+)
+
+
+def _with_origin(df: pd.DataFrame) -> pd.DataFrame:
+    return df if "origin" in df else df.assign(origin="local")
+
+
+def floor_ms(row: pd.Series | pd.DataFrame):
+    """The HBM floor of a step: bytes it must move / measured copy bandwidth, in ms."""
+    return row["bytes_per_step"] / (row["copy_gb_s"] * 1e9) * 1e3
+
+
+def step_view(pm: pd.DataFrame) -> pd.DataFrame:
+    """Our eager and graph rows with the step split against the roofline: ``floor_ms`` (bytes /
+    copy bandwidth) and ``above_floor_ms`` (the measured step minus that floor)."""
+    pm = _with_origin(pm)
+    ours = pm[pm["mode"].isin(OURS)].copy()
+    ours["floor_ms"] = floor_ms(ours)
+    ours["above_floor_ms"] = ours["ms_per_token"] - ours["floor_ms"]
+    cols = ["origin", "model", "mode", "batch", "context", "ms_per_token", "tokens_per_s",
+            "achieved_gb_s", "roofline_fraction", "floor_ms", "above_floor_ms"]
+    return ours[cols].sort_values(["origin", "mode", "context", "batch"]).reset_index(drop=True)
+
+
+def vs_transformers(pm: pd.DataFrame) -> pd.DataFrame:
+    """Per origin, model, batch and context where ``transformers`` was timed: tokens/s of each
+    mode, the faster of transformers' two caches, and ``speedup`` = our graph (eager where no
+    graph was measured) / that faster peer."""
+    pm = _with_origin(pm)
+    keys = ["origin", "model", "batch", "context"]
+    wide = pm.pivot_table(index=keys, columns="mode", values="tokens_per_s").reset_index()
+    peers = [p for p in PEERS if p in wide.columns]
+    if not peers:
+        return pd.DataFrame(columns=[*keys, "ours", "best_peer", "speedup"])
+    wide = wide.dropna(subset=peers, how="all").reset_index(drop=True)
+    for mode in OURS:
+        if mode not in wide.columns:
+            wide[mode] = math.nan
+    graph = wide["graph"].notna()
+    wide["ours"] = graph.map({True: "graph", False: "eager"})
+    wide["best_peer"] = wide[peers].idxmax(axis=1)
+    wide["speedup"] = wide["graph"].where(graph, wide["eager"]) / wide[peers].max(axis=1)
+    wide.columns.name = None
+    return wide.reset_index(drop=True)
+
+
+def linear_shapes(config) -> pd.DataFrame:
+    """The matmuls of one decode step from the model's shapes: (n, k, swiglu) as table
+    ``paged_model_linear`` names them, with what each is and how often a step runs it."""
+    d, f, layers = config.hidden_size, config.intermediate_size, config.num_layers
+    rows = [("qkv", config.q_size + 2 * config.kv_size, d, False, layers),
+            ("o", d, config.q_size, False, layers), ("gate_up", 2 * f, d, False, layers),
+            ("down", d, f, True, layers), ("lm_head", config.vocab_size, d, False, 1)]
+    return pd.DataFrame(rows, columns=["weight", "n", "k", "swiglu", "calls_per_step"])
+
+
+def role_of(kernel: str) -> str:
+    for role, pattern in ROLES:
+        if re.search(pattern, kernel, flags=re.I):
+            return role
+    return "other"
+
+
+def short_name(kernel: str) -> str:
+    """A kernel name without its template arguments and signature (the profiler's names may be
+    cut off, so an unclosed ``<`` or ``(`` ends the name too)."""
+    name = kernel.removeprefix("void ").replace("(anonymous namespace)::", "")
+    while (inner := re.sub(r"<[^<>]*>", "", name)) != name:
+        name = inner
+    return re.split(r"[<(]", name, maxsplit=1)[0].strip() or kernel
+
+
+def _matmul_bytes(linear: pd.DataFrame, shapes: pd.DataFrame, batch: int, dtype_bytes: int
+                  ) -> dict[str, tuple[float, float]]:
+    """Per matmul role: (bytes per step, calls per step) of the shapes the model hands to it
+    (weights, plus the batch's input and output rows)."""
+    chosen = linear[linear["chosen"].astype(str) == "True"]
+    picked = shapes.merge(chosen[["n", "k", "swiglu", "candidate"]], on=["n", "k", "swiglu"])
+    picked["role"] = picked["candidate"].map(
+        lambda c: "matmul (cuBLAS)" if c == "cublas" else "matmul (Triton gemv)")
+    per_call = (picked["n"] * picked["k"] + batch * (picked["n"] + picked["k"])) * dtype_bytes
+    picked["bytes"] = per_call * picked["calls_per_step"]
+    sums = picked.groupby("role")[["bytes", "calls_per_step"]].sum()
+    return {role: (float(r["bytes"]), float(r["calls_per_step"])) for role, r in sums.iterrows()}
+
+
+def kernel_profile(kernels: pd.DataFrame, linear: pd.DataFrame | None, pm: pd.DataFrame
+                   ) -> pd.DataFrame:
+    """Table ``paged_model_kernels`` with each kernel's role and, where the model's shapes say
+    what it must read, the bytes per step, the rate it reached (TB/s) and that rate as a share
+    of the measured copy bandwidth. Matmul bytes count only when the kernel's calls per step
+    equal those of the shapes assigned to it (else ``note`` says why they are left out);
+    attention reads the batch's K and V at the profiled context."""
+    from decodelab.model.config import NAMED_CONFIGS
+
+    out = []
+    for origin, ks in _with_origin(kernels).groupby("origin", sort=False):
+        runs = _with_origin(pm)
+        runs = runs[runs["origin"] == origin]
+        model, dtype = runs["model"].iloc[0], runs["dtype"].iloc[0]
+        copy = float(runs["copy_gb_s"].median())
+        config, nbytes = NAMED_CONFIGS.get(model), DTYPE_BYTES.get(dtype)
+        ks = ks.assign(role=ks["kernel"].map(role_of), name=ks["kernel"].map(short_name),
+                       bytes_per_step=math.nan, note="")
+        if config is not None and nbytes is not None:
+            ks = _assign_bytes(ks, config, nbytes, linear, origin)
+        ks["tb_s"] = ks["bytes_per_step"] / (ks["us_per_step"] * 1e-6) / 1e12
+        ks["of_copy"] = ks["tb_s"] * 1e3 / copy
+        ks["model"] = model
+        out.append(ks)
+    cols = ["origin", "model", "batch", "context", "name", "role", "calls_per_step",
+            "us_per_step", "share", "bytes_per_step", "tb_s", "of_copy", "note"]
+    return pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
+
+
+def _assign_bytes(ks: pd.DataFrame, config, nbytes: int, linear: pd.DataFrame | None,
+                  origin: str) -> pd.DataFrame:
+    ks = ks.copy()
+    attn = ks["role"] == "attention"
+    kv = ks["batch"] * ks["context"] * config.kv_bytes_per_token(nbytes)
+    ks.loc[attn, "bytes_per_step"] = kv[attn]
+    if linear is None:
+        ks.loc[ks["role"].str.startswith("matmul"), "note"] = "no paged_model_linear table"
+        return ks
+    lin = _with_origin(linear)
+    lin = lin[lin["origin"] == origin]
+    batch = int(ks["batch"].iloc[0])
+    for role, (total, calls) in _matmul_bytes(lin, linear_shapes(config), batch, nbytes).items():
+        rows = ks["role"] == role
+        profiled = float(ks.loc[rows, "calls_per_step"].sum())
+        if rows.sum() == 1 and profiled == calls:
+            ks.loc[rows, "bytes_per_step"] = total
+        elif rows.any():
+            ks.loc[rows, "note"] = (f"{profiled:g} calls profiled, {calls:g} expected from the "
+                                    "shapes: bytes not assigned")
+    return ks
+
+
+def attention_marginal(pm: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
+    """Attention's bandwidth read off the step itself: between the shortest and the longest
+    measured context at one batch, the weights read are the same, so the extra time is the
+    extra K/V read. ``kv_tb_s`` = extra bytes / extra device time; ``of_copy`` its share of
+    the copy bandwidth; ``kv_share_long`` the K/V share of the step's bytes at the long
+    context."""
+    pm = _with_origin(pm)
+    rows = []
+    sel = pm[pm["mode"] == mode]
+    for (origin, model, batch), g in sel.groupby(["origin", "model", "batch"], sort=False):
+        g = g.sort_values("context")
+        if g["context"].nunique() < 2:
+            continue
+        lo, hi = g.iloc[0], g.iloc[-1]
+        extra_bytes = float(hi["bytes_per_step"] - lo["bytes_per_step"])
+        col = "device_ms_per_step" if pd.notna(hi.get("device_ms_per_step")) else "ms_per_token"
+        extra_ms = float(hi[col] - lo[col])
+        tb_s = extra_bytes / (extra_ms * 1e-3) / 1e12 if extra_ms > 0 else math.nan
+        rows.append(dict(origin=origin, model=model, mode=mode, batch=int(batch),
+                         context_short=int(lo["context"]), context_long=int(hi["context"]),
+                         extra_kv_bytes=extra_bytes, extra_ms=extra_ms, kv_tb_s=tb_s,
+                         of_copy=tb_s * 1e3 / float(hi["copy_gb_s"]),
+                         kv_share_long=extra_bytes / float(hi["bytes_per_step"])))
+    return pd.DataFrame(rows)
+
+
+def capture_cost(pm: pd.DataFrame) -> pd.DataFrame:
+    """Per origin and model: the one-time graph capture (s), the memory the graphs hold (MiB)
+    and the batch buckets captured."""
+    pm = _with_origin(pm)
+    g = pm[(pm["mode"] == "graph") & pm["capture_s"].notna()]
+    out = g.groupby(["origin", "model"], sort=False).agg(
+        capture_s=("capture_s", "max"), graph_mem_mib=("graph_mem_mib", "max"),
+        buckets=("bucket", lambda b: ", ".join(str(int(x)) for x in sorted(b.dropna().unique()))))
+    return out.reset_index()
+
+
+def point(pm: pd.DataFrame, origin: str, mode: str, batch: int, context: int) -> pd.Series | None:
+    """One measured row, or None when that point was not measured."""
+    pm = _with_origin(pm)
+    hit = pm[(pm["origin"] == origin) & (pm["mode"] == mode) & (pm["batch"] == batch)
+             & (pm["context"] == context)]
+    return hit.iloc[0] if not hit.empty else None

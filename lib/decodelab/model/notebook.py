@@ -1,0 +1,159 @@
+"""Notebook 04_model: its parameters, the local run, and the prose built from the paged-model
+tables (every number computed by :mod:`decodelab.model.analysis`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import pandas as pd
+
+from decodelab.core.params import NotebookParams as BaseParams
+from decodelab.core.params import param
+from decodelab.model import analysis
+
+TABLES = ("paged_model", "paged_model_kernels", "paged_model_linear", "paged_attention")
+
+
+@dataclass(frozen=True, slots=True)
+class NotebookParams(BaseParams):
+    """Parameters of notebook 04_model (``profile`` and ``interactive`` come from the base)."""
+
+    NOTEBOOK: ClassVar[str] = "04_model"
+
+    run_bench: bool = param(True, "measure this machine (GPU: Llama-3.2-1B shapes in bf16; "
+                                  "CPU: the tiny model in fp32)")
+    batch: int = param(1, "batch the prose reads the step at", low=1, high=4096)
+    context: int = param(512, "tokens of context the prose reads the step at", low=1,
+                         high=1 << 20)
+
+    @property
+    def bench_profile(self) -> str:
+        """The bench profile this machine can run (``gpu`` needs CUDA)."""
+        from decodelab.core.device import has_cuda
+
+        return "cpu" if self.profile == "gpu" and not has_cuda() else self.profile
+
+
+def run_local_bench(params: NotebookParams) -> list[Path]:
+    from decodelab.core import paths
+    from decodelab.model.bench import bench
+
+    return bench(params.bench_profile, paths.local_dir()) if params.run_bench else []
+
+
+def load_tables() -> dict[str, pd.DataFrame]:
+    """Every stored copy (shipped reference and this machine) of the paged-model tables."""
+    from decodelab.core.results import has_table, load_table
+
+    return {name: load_table(name) for name in TABLES if has_table(name)}
+
+
+def _label(origin: str) -> str:
+    from decodelab.plots import origin_label
+
+    return origin_label(origin)
+
+
+def step_prose(pm: pd.DataFrame, batch: int, context: int) -> str:
+    """Per origin: the step at (batch, context) against its HBM floor, eager against graph,
+    and how the share of the roofline moves from the smallest to the largest batch."""
+    lines = []
+    for origin in dict.fromkeys(pm["origin"]):
+        graph = analysis.point(pm, origin, "graph", batch, context)
+        eager = analysis.point(pm, origin, "eager", batch, context)
+        fast = graph if graph is not None else eager
+        if fast is None:
+            lines.append(f"- {_label(origin)}: batch {batch} at context {context} was not "
+                         "measured.")
+            continue
+        floor = float(analysis.floor_ms(fast))
+        text = (f"- **{_label(origin)}**, `{fast['model']}` ({fast['dtype']}), batch {batch}, "
+                f"context {context}: the {fast['mode']} step takes {fast['ms_per_token']:.3g} ms "
+                f"({fast['tokens_per_s']:,.0f} tokens/s), **{fast['roofline_fraction']:.0%} of "
+                f"the roofline**: its {fast['bytes_per_step'] / 1e9:.3g} GB at the measured "
+                f"copy bandwidth ({fast['copy_gb_s']:,.0f} GB/s) need {floor:.3g} ms.")
+        if graph is not None and eager is not None:
+            text += (f" Eager takes {eager['ms_per_token']:.3g} ms, "
+                     f"{eager['ms_per_token'] / graph['ms_per_token']:.1f}x the graph: the "
+                     "host issuing kernels one by one, the dispatch layer.")
+        lines.append(text + _batch_trend(pm, origin, fast["mode"], context))
+    return "\n".join(lines)
+
+
+def _batch_trend(pm: pd.DataFrame, origin: str, mode: str, context: int) -> str:
+    rows = analysis.step_view(pm)
+    rows = rows[(rows["origin"] == origin) & (rows["mode"] == mode)
+                & (rows["context"] == context)].sort_values("batch")
+    if len(rows) < 2:
+        return ""
+    lo, hi = rows.iloc[0], rows.iloc[-1]
+    return (f" From batch {lo['batch']} to {hi['batch']} the step grows "
+            f"{hi['ms_per_token'] / lo['ms_per_token']:.1f}x while its bytes grow "
+            f"{hi['floor_ms'] / lo['floor_ms']:.1f}x, so the share of the roofline goes from "
+            f"{lo['roofline_fraction']:.0%} to {hi['roofline_fraction']:.0%}: at large batch "
+            "the step is no longer bound by reading the weights.")
+
+
+def peers_prose(vs: pd.DataFrame) -> str:
+    """One line per origin and batch: our step's tokens/s against transformers' faster cache."""
+    if vs.empty:
+        return "transformers was not timed here (it is an optional dependency)."
+    return "\n".join(
+        f"- {_label(r['origin'])}, batch {r['batch']}, context {r['context']}: ours "
+        f"({r['ours']}) {r[r['ours']]:,.0f} tokens/s, transformers' generate "
+        f"{r[r['best_peer']]:,.0f} tokens/s with `{r['best_peer']}` (the faster of its two "
+        f"caches): **{r['speedup']:.1f}x**." for _, r in vs.iterrows())
+
+
+def kernel_prose(profile: pd.DataFrame) -> str:
+    """Per origin: how much of the step the matmuls and attention take and the rate each
+    reached against the copy bandwidth."""
+    lines = []
+    for origin, sel in profile.groupby("origin", sort=False):
+        total = sel["us_per_step"].sum()
+        mm = sel[sel["role"].str.startswith("matmul")]
+        attn = sel[sel["role"] == "attention"]
+        parts = [f"- {_label(origin)} (batch {int(sel['batch'].iloc[0])}, context "
+                 f"{int(sel['context'].iloc[0])}): {len(sel)} kernels, {total:,.0f} µs of "
+                 "device time per step."]
+        if not mm.empty:
+            rate = mm["bytes_per_step"].sum() / (mm["us_per_step"].sum() * 1e-6) / 1e12
+            copy = (mm["tb_s"] / mm["of_copy"]).dropna()
+            share = f" = {rate / copy.iloc[0]:.0%} of the copy bandwidth" if len(copy) else ""
+            parts.append(f"The matmuls take {mm['us_per_step'].sum() / total:.0%} of it and "
+                         f"read the weights at {rate:.2f} TB/s{share}.")
+        if not attn.empty:
+            parts.append(f"Attention takes {attn['us_per_step'].sum() / total:.0%} and reads "
+                         f"its K/V at {attn['tb_s'].iloc[0]:.2f} TB/s "
+                         f"({attn['of_copy'].iloc[0]:.0%} of the copy bandwidth): at this "
+                         "short context it is bound by latency, not bytes.")
+        noted = sel[sel["note"] != ""]
+        parts += [f"`{r['name']}`: {r['note']}." for _, r in noted.iterrows()]
+        lines.append(" ".join(parts))
+    return "\n".join(lines)
+
+
+def attention_prose(marginal: pd.DataFrame) -> str:
+    """Per origin: the K/V read rate at long context, at the smallest and largest batch."""
+    lines = []
+    for origin, sel in marginal.groupby("origin", sort=False):
+        sel = sel.sort_values("batch")
+        lo, hi = sel.iloc[0], sel.iloc[-1]
+        lines.append(
+            f"- {_label(origin)}: from context {lo['context_short']} to {lo['context_long']}, "
+            f"the extra K/V is read at {lo['kv_tb_s']:.2f} TB/s ({lo['of_copy']:.0%} of the "
+            f"copy bandwidth) at batch {lo['batch']} and {hi['kv_tb_s']:.2f} TB/s "
+            f"({hi['of_copy']:.0%}) at batch {hi['batch']}, where K/V is "
+            f"{hi['kv_share_long']:.0%} of the step's bytes: at long context and large batch "
+            "attention, not the weights, sets the step.")
+    return "\n".join(lines) or "Only one context measured: no long-context comparison."
+
+
+def capture_prose(capture: pd.DataFrame) -> str:
+    return "\n".join(
+        f"- {_label(r['origin'])}, `{r['model']}`: capturing the decode graphs (buckets "
+        f"{r['buckets']}) takes {r['capture_s']:.2f} s once and holds "
+        f"{r['graph_mem_mib']:,.0f} MiB of graph memory." for _, r in capture.iterrows()
+    ) or "No graph was captured here (CUDA graphs need a GPU)."

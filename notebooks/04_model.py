@@ -1,0 +1,180 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04a · The real-shaped model: memory bandwidth sets the floor
+#
+# Phases 1-3 used a toy step of a few tiny kernels, where launching them is the whole cost.
+# A real decoder step is different: every step must read every weight of the model (and the
+# K/V cache of every sequence) from device memory, so the step cannot be shorter than
+#
+#     T_floor = bytes that must move / measured copy bandwidth     (the roofline)
+#
+# `decodelab.model` is a Llama-family decoder (grouped-query attention, Llama-3 rotary
+# scaling, tied embedding) over a paged KV cache (`block_table: [seq, logical_block] ->
+# physical block`), with Triton kernels on a GPU (split-K paged attention, a batch-1 gemv
+# whose tile is chosen per weight shape, fused norm + residual, fused rotary + cache write)
+# and the whole step captured as one CUDA graph per batch bucket. Before anything is timed
+# the bench checks the Triton attention against the reference, the graph against eager
+# (token for token) and our logits against `transformers` on the same weights.
+#
+# This notebook reads table `paged_model` (step time per mode, batch and context, with the
+# bytes each step must move and the copy bandwidth measured in the same run),
+# `paged_model_kernels` (one profiled graph step, kernel by kernel) and `paged_model_linear`
+# (the candidates for each matmul shape and which one the model uses). The layered model
+# (notebook 05) uses it for its two transformer-decode regimes.
+
+# %% tags=["parameters"]
+profile = "auto"  # auto: gpu with a CUDA device, else cpu; smoke: tiny sizes
+interactive = True  # sliders and widgets (False under papermill: static figures)
+run_bench = True  # measure this machine (GPU: Llama-3.2-1B shapes in bf16; CPU: the tiny model in fp32)
+batch = 1  # batch the prose reads the step at
+context = 512  # tokens of context the prose reads the step at
+
+# %%
+from IPython.display import Markdown, display
+
+from decodelab import plots
+from decodelab.model import analysis
+from decodelab.model import notebook as nb
+from decodelab.model.notebook import NotebookParams
+from decodelab.plots import model as figs
+from decodelab.plots import show_table
+
+params = NotebookParams.from_cell(globals())
+plots.use_style()
+
+# %% [markdown]
+# ## Measure this machine
+#
+# On a GPU with the `gpu` profile: the Llama-3.2-1B shapes in bf16 (random weights), batches
+# 1-128 at two contexts, plus the kernel profile. On a CPU: the tiny model in fp32, eager only
+# (CUDA graphs need a GPU); its numbers say what the CPU backend costs per op, not what HBM
+# allows. Results go to `data/local/` and appear next to the shipped H200 reference.
+
+# %%
+written = nb.run_local_bench(params)
+tables = nb.load_tables()
+pm = tables.get("paged_model")
+display(Markdown(f"Local run: profile `{params.bench_profile}`, "
+                 + (f"wrote {', '.join(f'`{p.name}`' for p in written)}." if written
+                    else "skipped.")))
+if pm is None:
+    display(Markdown("No paged-model results are stored yet: run `make bench-gpu` on a CUDA "
+                     "machine, or this notebook with `run_bench=True`."))
+
+# %% [markdown]
+# ## Step time against batch and context, and % of roofline
+#
+# Left: ms per decode step (every sequence gets one new token) against batch, graph (teal) and
+# eager (wine), one line style per context; the grey line of the same style is the HBM floor,
+# the bytes the step must move (weights, `batch` embedding rows, the K/V attended) at the copy
+# bandwidth measured in the same run. Right: the floor as a share of the measured step, the
+# **% of roofline**. At batch 1 the graph step is a few hundred µs above the floor; eager
+# pays the host's dispatch on top. As batch and context grow, the K/V read grows with them
+# while the weights are read once.
+
+# %%
+if pm is not None:
+    view = analysis.step_view(pm)
+    plots.save(figs.step_vs_batch(view), "model_step_vs_batch")
+    display(Markdown(nb.step_prose(pm, params.batch, params.context)))
+    display(show_table(view, {
+        "origin": "source", "mode": "mode", "batch": "batch", "context": "context",
+        "ms_per_token": "step (ms)", "floor_ms": "HBM floor (ms)",
+        "above_floor_ms": "above the floor (ms)", "roofline_fraction": "of roofline",
+        "achieved_gb_s": "achieved (GB/s)", "tokens_per_s": "tokens/s"}))
+
+# %% [markdown]
+# ## Tokens per second against `transformers`
+#
+# The peer is `LlamaForCausalLM.generate` (greedy) on the same weights, with its default
+# dynamic cache and with its static cache (its compilation left off: compiling alone would take
+# longer than the whole bench), timed decode-only: (time of N new tokens − time of one) /
+# (N − 1). Both run at their best in the same process as ours.
+
+# %%
+if pm is not None:
+    vs = analysis.vs_transformers(pm)
+    if not vs.empty:
+        plots.save(figs.tokens_vs_transformers(vs), "model_vs_transformers")
+        display(show_table(vs, {
+            "origin": "source", "model": "model", "batch": "batch", "context": "context",
+            **{m: f"{m} (tokens/s)" for m in ("eager", "graph", "hf_dynamic", "hf_static")
+               if m in vs.columns}, "best_peer": "faster peer", "speedup": "ours / peer"}))
+    display(Markdown(nb.peers_prose(vs)))
+
+# %% [markdown]
+# ## Where the step's time goes, kernel by kernel
+#
+# One graph step at batch 1, profiled (GPU only). For the kernels whose traffic the model's
+# shapes determine, the bytes per step and the rate reached: the matmuls read their weights
+# (plus the batch's input and output rows), attention reads the K/V of the context. Which
+# matmul runs where comes from `paged_model_linear`: per weight shape, the fastest of cuBLAS
+# and the Triton gemv tiles, timed in the bench. The small kernels (norms, rotary, merges)
+# move kilobytes and are bound by their latency: no rate is claimed for them.
+
+# %%
+kernels = tables.get("paged_model_kernels")
+if kernels is not None and pm is not None:
+    profile = analysis.kernel_profile(kernels, tables.get("paged_model_linear"), pm)
+    plots.save(figs.kernel_profile(profile), "model_kernels")
+    display(Markdown(nb.kernel_prose(profile)))
+    display(show_table(profile, {
+        "origin": "source", "name": "kernel", "role": "role", "calls_per_step": "calls per step",
+        "us_per_step": "µs per step", "share": "share of the step",
+        "bytes_per_step": "bytes per step", "tb_s": "TB/s", "of_copy": "of copy bandwidth"}))
+else:
+    display(Markdown("No kernel profile stored (it is measured on a GPU only)."))
+linear = tables.get("paged_model_linear")
+if linear is not None:
+    display(show_table(linear, {
+        "origin": "source", "n": "n (out)", "k": "k (in)", "swiglu": "SwiGLU fused",
+        "candidate": "candidate", "us": "µs", "weight_gb_s": "weights (GB/s)",
+        "chosen": "chosen"}, caption="Each batch-1 matmul shape's candidates."))
+
+# %% [markdown]
+# ## Attention at long context
+#
+# Between the shortest and the longest measured context at one batch, the step reads the same
+# weights and more K/V: the extra device time divided into the extra bytes is the rate at
+# which attention streams the cache, read off the real step (not a microbenchmark).
+
+# %%
+if pm is not None:
+    marginal = analysis.attention_marginal(pm)
+    if not marginal.empty:
+        plots.save(figs.attention_bandwidth(marginal), "model_attention_bandwidth")
+        display(show_table(marginal, {
+            "origin": "source", "batch": "batch", "context_short": "context from",
+            "context_long": "context to", "extra_kv_bytes": "extra K/V bytes",
+            "extra_ms": "extra device time (ms)", "kv_tb_s": "K/V read (TB/s)",
+            "of_copy": "of copy bandwidth", "kv_share_long": "K/V share of bytes, long"}))
+    display(Markdown(nb.attention_prose(marginal)))
+if "paged_attention" in tables:
+    display(show_table(tables["paged_attention"], {
+        "origin": "source", "impl": "implementation", "batch": "batch", "context": "context",
+        "us_per_layer": "µs per layer", "kv_gb_s": "K/V read (GB/s)", "detail": "detail"},
+        caption="Attention alone, paged against SDPA on a contiguous cache (table "
+                "paged_attention)."))
+
+# %% [markdown]
+# ## What a graph costs to have
+#
+# Capturing one graph per batch bucket is a one-time cost, paid before the first step, and
+# the graphs keep their memory pool: both are reported apart from the steady state.
+
+# %%
+if pm is not None:
+    capture = analysis.capture_cost(pm)
+    display(Markdown(nb.capture_prose(capture)))

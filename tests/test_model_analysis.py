@@ -1,0 +1,157 @@
+"""Notebook 04_model's numbers from synthetic paged-model tables with chosen values: the HBM
+floor, the peer comparison, the bytes each kernel must move (checked against the weights the
+model really holds), attention's rate at long context, the capture cost, and the prose."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from decodelab.model import analysis
+from decodelab.model import notebook as nb
+from decodelab.model.config import named_config
+
+COPY_GB_S = 100.0
+GB = 1e9
+
+
+def _pm() -> pd.DataFrame:
+    """Tiny-model rows: bytes chosen so the floor is 10 ms at context 64 and 14 ms at 256."""
+    rows = []
+    for mode, batch, context, ms, span in (
+            ("graph", 1, 64, 20.0, 19.0), ("graph", 1, 256, 24.0, 23.0),
+            ("graph", 8, 64, 40.0, 39.0), ("graph", 8, 256, 60.0, 58.0),
+            ("eager", 1, 64, 80.0, 79.0), ("eager", 1, 256, 90.0, 89.0),
+            ("hf_dynamic", 1, 64, 50.0, math.nan), ("hf_static", 1, 64, 100.0, math.nan)):
+        nbytes = (1.0 + 0.4 * (context == 256)) * GB * (1 + (batch == 8))
+        rows.append(dict(origin="reference/h200", model="tiny", dtype="float32", mode=mode,
+                         batch=batch, context=context, ms_per_token=ms,
+                         device_ms_per_step=span, tokens_per_s=batch / ms * 1e3,
+                         bytes_per_step=nbytes, copy_gb_s=COPY_GB_S,
+                         roofline_fraction=nbytes / (COPY_GB_S * GB) / (ms * 1e-3),
+                         achieved_gb_s=nbytes / (ms * 1e-3) / GB,
+                         capture_s=2.5 if mode == "graph" else math.nan,
+                         graph_mem_mib=64.0 if mode == "graph" else math.nan,
+                         bucket=float(batch) if mode == "graph" else math.nan))
+    return pd.DataFrame(rows)
+
+
+def _linear() -> pd.DataFrame:
+    """Each tiny matmul shape once (the bench times a shape once, however many weights share
+    it: here gate_up and the tied head), two candidates each; cuBLAS chosen for o only."""
+    rows = []
+    shapes = analysis.linear_shapes(named_config("tiny"))
+    for r in shapes.drop_duplicates(["n", "k", "swiglu"]).itertuples():
+        pick = "cublas" if r.weight == "o" else "gemv_8x512w4"
+        for cand in ("cublas", "gemv_8x512w4"):
+            rows.append(dict(origin="reference/h200", n=r.n, k=r.k, swiglu=r.swiglu,
+                             candidate=cand, us=1.0, weight_gb_s=1.0, chosen=cand == pick))
+    return pd.DataFrame(rows)
+
+
+def _kernels(gemv_calls: float = 10.0) -> pd.DataFrame:
+    names = (("_gemv_kernel", gemv_calls, 300.0), ("nvjet_sm90_tst_x_TNT", 3.0, 100.0),
+             ("_attn_split_kernel", 3.0, 50.0), ("_add_rms_norm_kernel", 7.0, 20.0),
+             ("void at::native::(anonymous namespace)::indexSelectSmallIndex<c10::BFloat16, lo",
+              1.0, 2.0))
+    total = sum(us for _, _, us in names)
+    return pd.DataFrame([dict(origin="reference/h200", kernel=k, calls_per_step=c, us_per_step=us,
+                              batch=1, context=64, share=us / total) for k, c, us in names])
+
+
+def test_step_view_splits_the_step_at_the_floor():
+    view = analysis.step_view(_pm()).set_index(["mode", "batch", "context"])
+    assert set(view.index.get_level_values("mode")) == {"eager", "graph"}
+    row = view.loc[("graph", 1, 64)]
+    assert row["floor_ms"] == pytest.approx(10.0)
+    assert row["above_floor_ms"] == pytest.approx(10.0)
+    assert view.loc[("graph", 8, 256), "floor_ms"] == pytest.approx(28.0)
+
+
+def test_vs_transformers_takes_the_faster_peer_and_our_best_mode():
+    vs = analysis.vs_transformers(_pm()).iloc[0]
+    assert vs["best_peer"] == "hf_dynamic" and vs["ours"] == "graph"
+    assert vs["speedup"] == pytest.approx(50.0 / 20.0)
+    eager_only = analysis.vs_transformers(_pm().query("mode != 'graph'")).iloc[0]
+    assert eager_only["ours"] == "eager" and eager_only["speedup"] == pytest.approx(50 / 80)
+    assert analysis.vs_transformers(_pm().query("mode == 'graph'")).empty
+
+
+def test_kernel_bytes_match_the_weights_the_model_holds():
+    from decodelab.model.weights import random_weights
+
+    cfg = named_config("tiny")
+    w = random_weights(cfg, 0)
+    elt = w.embed.element_size()
+    layer_mm = sum(t.numel() for lw in w.layers for t in (lw.qkv, lw.o, lw.gate_up, lw.down))
+    head = w.lm_head.numel()
+    o = sum(lw.o.numel() for lw in w.layers)
+    profile = analysis.kernel_profile(_kernels(), _linear(), _pm()).set_index("role")
+    gemv, cublas = profile.loc["matmul (Triton gemv)"], profile.loc["matmul (cuBLAS)"]
+    d, f, q, kv = cfg.hidden_size, cfg.intermediate_size, cfg.q_size, cfg.kv_size
+    gemv_rows = cfg.num_layers * ((q + 2 * kv + d) + (2 * f + d) + (d + f)) + cfg.vocab_size + d
+    assert gemv["bytes_per_step"] == (layer_mm - o + head + gemv_rows) * elt  # batch 1: in + out
+    assert cublas["bytes_per_step"] == (o + cfg.num_layers * (d + q)) * elt
+    assert gemv["tb_s"] == pytest.approx(gemv["bytes_per_step"] / 300e-6 / 1e12)
+    assert gemv["of_copy"] == pytest.approx(gemv["tb_s"] * 1e3 / COPY_GB_S)
+    attn = profile.loc["attention"]
+    assert attn["bytes_per_step"] == 64 * cfg.kv_bytes_per_token(elt)
+    assert math.isnan(profile.loc["norm + residual", "bytes_per_step"])
+    assert profile.loc["embedding gather", "name"] == "at::native::indexSelectSmallIndex"
+
+
+def test_kernel_bytes_left_out_when_the_calls_disagree():
+    profile = analysis.kernel_profile(_kernels(gemv_calls=9.0), _linear(), _pm())
+    gemv = profile.set_index("role").loc["matmul (Triton gemv)"]
+    assert math.isnan(gemv["bytes_per_step"]) and "9 calls profiled, 10 expected" in gemv["note"]
+    no_linear = analysis.kernel_profile(_kernels(), None, _pm()).set_index("role")
+    assert no_linear.loc["matmul (cuBLAS)", "note"] == "no paged_model_linear table"
+    assert not math.isnan(no_linear.loc["attention", "bytes_per_step"])
+
+
+def test_attention_marginal_rate_and_capture_cost():
+    m = analysis.attention_marginal(_pm()).set_index("batch")
+    assert m.loc[1, "extra_kv_bytes"] == pytest.approx(0.4 * GB)
+    assert m.loc[1, "kv_tb_s"] == pytest.approx(0.4 * GB / 4e-3 / 1e12)  # 4 ms of device time
+    assert m.loc[8, "kv_tb_s"] == pytest.approx(0.8 * GB / 19e-3 / 1e12)
+    assert m.loc[8, "of_copy"] == pytest.approx(m.loc[8, "kv_tb_s"] * 1e3 / COPY_GB_S)
+    assert m.loc[8, "kv_share_long"] == pytest.approx(0.8 / 2.8)
+    cap = analysis.capture_cost(_pm()).iloc[0]
+    assert (cap["capture_s"], cap["graph_mem_mib"], cap["buckets"]) == (2.5, 64.0, "1, 8")
+
+
+def test_prose_is_built_from_the_tables():
+    pm = _pm()
+    text = nb.step_prose(pm, 1, 64)
+    assert "20 ms" in text and "10 ms" in text and "4.0x the graph" in text
+    assert "50% of the roofline" in text
+    assert "was not measured" in nb.step_prose(pm, 2, 64)
+    assert "**2.5x**" in nb.peers_prose(analysis.vs_transformers(pm))
+    kern = nb.kernel_prose(analysis.kernel_profile(_kernels(), _linear(), pm))
+    assert "5 kernels" in kern and "Attention takes 11%" in kern
+    assert "4096" not in nb.attention_prose(analysis.attention_marginal(pm))
+    assert "2.50 s" in nb.capture_prose(analysis.capture_cost(pm))
+    for prose in (text, kern):
+        assert "nan" not in prose
+
+
+def test_figures_render():
+    import matplotlib.pyplot as plt
+
+    from decodelab.plots import model as figs
+
+    pm = _pm()
+    for fig in (figs.step_vs_batch(analysis.step_view(pm)),
+                figs.tokens_vs_transformers(analysis.vs_transformers(pm)),
+                figs.kernel_profile(analysis.kernel_profile(_kernels(), _linear(), pm)),
+                figs.attention_bandwidth(analysis.attention_marginal(pm))):
+        assert isinstance(fig, plt.Figure)
+        plt.close(fig)
+
+
+def test_notebook_params():
+    from decodelab.core.validate import ConfigError
+
+    assert nb.NotebookParams(profile="smoke", interactive=False).bench_profile == "smoke"
+    with pytest.raises(ConfigError, match="context"):
+        nb.NotebookParams(profile="smoke", context=0)
