@@ -28,7 +28,6 @@ NOTEBOOK_PARAMS: dict[str, str] = {
     "02_replay": "decodelab.replay.notebook:NotebookParams",
     "03_persistent": "decodelab.persistent.notebook:NotebookParams",
     "04_model": "decodelab.model.notebook:NotebookParams",
-    "04_model": "decodelab.model.notebook:NotebookParams",
     "04_runtime": "decodelab.engine.notebook:NotebookParams",
     "05_report": "decodelab.analysis.notebook:NotebookParams",
     "06_multi_gpu": "decodelab.parallel.notebook:NotebookParams",
