@@ -12,10 +12,10 @@
 # ---
 
 # %% [markdown]
-# # 04 · The runtime loop: what serving costs on top of the forward pass
+# # 04b · The runtime loop: what serving costs on top of the forward pass
 #
-# Phase 4a built a Llama-shaped decoder over a paged KV cache, captured as one CUDA graph per
-# batch bucket. This notebook drives it with a real serving loop, `decodelab.engine.Engine`:
+# Phase 4a (notebook `04_model`) built a Llama-shaped decoder over a paged KV cache, captured as
+# one CUDA graph per batch bucket. This notebook drives it with a real serving loop, `decodelab.engine.Engine`:
 #
 # ```
 # while requests remain:
@@ -43,8 +43,10 @@ run_bench = True  # measure this machine (False: stored results only)
 from IPython.display import Markdown, display
 
 from decodelab import plots
-from decodelab.engine.notebook import NotebookParams, demo, load_tables, run_local_bench, summary
+from decodelab.engine import notebook as nb
+from decodelab.engine.notebook import NotebookParams
 from decodelab.plots import runtime as figs
+from decodelab.plots import show_table
 
 params = NotebookParams.from_cell(globals())
 plots.use_style()
@@ -60,8 +62,8 @@ plots.use_style()
 # before anything of them enters a batch. At the end every cache block is back in the pool.
 
 # %%
-outcomes, rejected, pool = demo()
-display(outcomes)
+outcomes, rejected, pool = nb.demo()
+display(show_table(outcomes))
 display(Markdown("Rejected at admission:\n\n" + "\n".join(f"- `{r}`" for r in rejected)))
 display(Markdown(f"Cache blocks free at the end: **{pool['free']} of {pool['total']}**."))
 
@@ -70,12 +72,15 @@ display(Markdown(f"Cache blocks free at the end: **{pool['free']} of {pool['tota
 #
 # On a CPU this runs the tiny model for real (seconds); on a GPU with the `gpu` profile, the
 # Llama-3.2-1B shapes in bf16. Results go to `data/local/` and are shown next to the shipped
-# H200 reference (`data/reference/h200/`), each labelled by origin.
+# H200 reference (`data/reference/h200/`), each labelled by origin. The bench's progress lines
+# show while the cell runs; failures and skips it reports are listed below it.
 
 # %%
-written = run_local_bench(params)
-tables = load_tables()
-display(Markdown(summary(tables)))
+written, problems = nb.run_local_bench(params)
+tables = nb.load_tables()
+if problems:
+    display(Markdown("**The local run reported:**\n\n" + "\n".join(f"- {p}" for p in problems)))
+display(Markdown(nb.summary(tables)))
 
 # %% [markdown]
 # ## Each technique on its own
@@ -92,15 +97,7 @@ display(Markdown(summary(tables)))
 if "runtime" in tables:
     fig = figs.techniques(tables["runtime"])
     plots.save(fig, "runtime_techniques")
-    rt = tables["runtime"].set_index(["origin", "variant"])
-    lines = []
-    for origin in tables["runtime"]["origin"].unique():
-        sel = rt.loc[origin]
-        off = [v for v in ("no_graphs", "no_async_output", "no_static_inputs") if v in sel.index]
-        costs = ", ".join(f"`{v}` {sel.loc[v, 'wall_us'] / sel.loc['engine', 'wall_us']:.2f}x"
-                          for v in off)
-        lines.append(f"- {plots.origin_label(origin)}: relative to the full engine, {costs}.")
-    display(Markdown("\n".join(lines)))
+    display(Markdown(nb.technique_costs(tables["runtime"])))
 
 # %% [markdown]
 # ## The per-step breakdown
@@ -115,9 +112,8 @@ if "runtime" in tables:
 if "runtime_steps" in tables:
     fig = figs.step_breakdown(tables["runtime_steps"])
     plots.save(fig, "runtime_step_breakdown")
-    med = tables["runtime_steps"].groupby(["origin", "variant"])[
-        [c for c in figs.PHASE_COLS] + ["sync_wait_us", "wall_us"]].median().round(1)
-    display(med)
+    display(show_table(nb.step_medians(tables["runtime_steps"]),
+                       caption="Median µs per step of each phase."))
 
 # %% [markdown]
 # ## Host overhead against batch size
@@ -130,9 +126,10 @@ if "runtime_steps" in tables:
 if "runtime_batch" in tables:
     fig = figs.host_overhead_vs_batch(tables["runtime_batch"])
     plots.save(fig, "runtime_host_vs_batch")
-    display(tables["runtime_batch"][["origin", "batch", "engine_wall_us", "bare_wall_us",
-                                     "ratio_to_bare", "engine_host_us", "orchestration_us"]]
-            .round(2))
+    display(show_table(tables["runtime_batch"], {
+        "origin": "source", "batch": "batch", "engine_wall_us": "engine step (µs)",
+        "bare_wall_us": "bare forward (µs)", "ratio_to_bare": "engine / bare",
+        "engine_host_us": "engine host time (µs)", "orchestration_us": "host outside forward (µs)"}))
 
 # %% [markdown]
 # ## The sampler
@@ -150,11 +147,7 @@ if "runtime_batch" in tables:
 if "runtime_sampler" in tables:
     fig = figs.sampler(tables["runtime_sampler"])
     plots.save(fig, "runtime_sampler")
-    s = tables["runtime_sampler"].set_index(["origin", "variant"])
-    display(Markdown("\n".join(
-        f"- {plots.origin_label(o)}: full sort / partial selection = "
-        f"{s.loc[(o, 'full_sort'), 'device_us'] / s.loc[(o, 'partial_topk'), 'device_us']:.1f}x"
-        for o in tables["runtime_sampler"]["origin"].unique())))
+    display(Markdown(nb.sampler_ratios(tables["runtime_sampler"])))
 
 # %% [markdown]
 # ## A workload with Poisson arrivals
@@ -170,11 +163,17 @@ if "runtime_requests" in tables:
     fig = figs.workload_latency(tables["runtime_requests"])
     plots.save(fig, "runtime_workload")
     req = tables["runtime_requests"]
-    display(req.groupby(["origin", "status"])[["ttft_ms", "tpot_ms", "throughput_tok_s"]]
-            .median().round(2))
+    display(show_table(req.groupby(["origin", "status"])[["ttft_ms", "tpot_ms", "throughput_tok_s"]]
+                       .median(), {"origin": "source", "status": "status",
+                                   "ttft_ms": "time to first token (ms)",
+                                   "tpot_ms": "time per output token (ms)",
+                                   "throughput_tok_s": "throughput (tokens/s)"},
+                       caption="Medians per status."))
 if "runtime_errors" in tables:
-    display(tables["runtime_errors"].pivot_table(index=["kind", "name"], columns="origin",
-                                                 values="count"))
+    errors = tables["runtime_errors"].pivot_table(index=["kind", "name"], columns="origin",
+                                                  values="count", aggfunc="sum")
+    display(show_table(errors.rename(columns=plots.origin_label),
+                       caption="The engine's error counts by class and origin."))
 
 # %% [markdown]
 # ## What is guaranteed about determinism

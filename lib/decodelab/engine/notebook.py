@@ -7,6 +7,9 @@ raises, its logits turn non-finite, it is aborted) while the others finish untou
 
 from __future__ import annotations
 
+import contextlib
+import io
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -36,11 +39,65 @@ class NotebookParams(BaseParams):
         return "cpu" if self.profile == "gpu" and not has_cuda() else self.profile
 
 
-def run_local_bench(params: NotebookParams) -> list[Path]:
+class _LogToStderr(io.TextIOBase):
+    """The bench's ``[bench]`` progress lines go to stderr (shown while a cell runs, left out
+    of the exported report); the lines that report a failure or a skip are also kept."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def write(self, text: str) -> int:
+        sys.stderr.write(text)
+        self.problems += [line.removeprefix("[bench] ") for line in text.splitlines()
+                          if "FAILED" in line or "skipped" in line]
+        return len(text)
+
+
+def run_local_bench(params: NotebookParams) -> tuple[list[Path], list[str]]:
+    """Run the runtime bench on this machine: (tables written, failures and skips reported)."""
     from decodelab.core import paths
     from decodelab.engine.bench import bench
 
-    return bench(params.bench_profile, paths.local_dir()) if params.run_bench else []
+    if not params.run_bench:
+        return [], []
+    log = _LogToStderr()
+    with contextlib.redirect_stdout(log):
+        written = bench(params.bench_profile, paths.local_dir())
+    return written, log.problems
+
+
+def technique_costs(runtime: pd.DataFrame) -> str:
+    """Markdown, one line per origin: each technique switched off, as a multiple of the full
+    engine's step."""
+    from decodelab.plots import origin_label
+
+    lines = []
+    for origin, sel in runtime.groupby("origin", sort=False):
+        v = sel.set_index("variant")["wall_us"]
+        off = [x for x in ("no_graphs", "no_async_output", "no_static_inputs") if x in v.index]
+        costs = ", ".join(f"`{x}` {v[x] / v['engine']:.2f}x" for x in off)
+        lines.append(f"- {origin_label(origin)}: relative to the full engine, {costs}.")
+    return "\n".join(lines)
+
+
+def sampler_ratios(samplers: pd.DataFrame) -> str:
+    """Markdown, one line per origin: full-vocabulary sort over partial selection, device time."""
+    from decodelab.plots import origin_label
+
+    s = samplers.set_index(["origin", "variant"])["device_us"]
+    return "\n".join(
+        f"- {origin_label(o)}: full sort / partial selection = "
+        f"{s[(o, 'full_sort')] / s[(o, 'partial_topk')]:.1f}x"
+        for o in samplers["origin"].unique()
+        if (o, "full_sort") in s.index and (o, "partial_topk") in s.index)
+
+
+def step_medians(steps: pd.DataFrame) -> pd.DataFrame:
+    """Median µs per step of each phase, the sync wait and the wall, per origin and variant."""
+    from decodelab.plots.runtime import PHASE_COLS
+
+    cols = [*PHASE_COLS, "sync_wait_us", "wall_us"]
+    return steps.groupby(["origin", "variant"])[cols].median().reset_index()
 
 
 def load_tables() -> dict[str, pd.DataFrame]:

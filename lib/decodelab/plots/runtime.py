@@ -7,10 +7,22 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import NullFormatter
 
-from decodelab.plots import origin_label, use_style
+from decodelab.plots import use_style
+from decodelab.plots.palette import origin_color, origin_label, quantity_color
 
 PHASE_COLS = ("schedule_us", "prepare_us", "forward_us", "sample_us", "update_us", "emit_us")
 VARIANT_ORDER = ("bare_forward", "engine", "no_graphs", "no_async_output", "no_static_inputs")
+
+
+def phase_colors() -> list[str]:
+    """The forward pass in the compute colour, the loop's own phases in shades of the
+    orchestration colour (light to dark in the order they run)."""
+    import matplotlib.colors as mcolors
+    import numpy as np
+
+    base = np.array(mcolors.to_rgb(quantity_color("orchestration")))
+    shades = [mcolors.to_hex(base * f + (1 - f)) for f in (0.35, 0.55, 0.75, 0.9, 1.0)]
+    return [quantity_color("compute") if c == "forward_us" else shades.pop(0) for c in PHASE_COLS]
 
 
 def _origins(df: pd.DataFrame) -> list[str]:
@@ -27,8 +39,9 @@ def step_breakdown(steps: pd.DataFrame) -> plt.Figure:
         sel = steps[(steps.get("origin", origin) == origin) & (steps["variant"] == variant)]
         sel = sel.sort_values("step")
         x = range(len(sel))
-        ax.stackplot(x, *[sel[c] for c in PHASE_COLS], labels=[c[:-3] for c in PHASE_COLS])
-        ax.plot(x, sel["wall_us"], color="black", lw=1, label="wall per step")
+        ax.stackplot(x, *[sel[c] for c in PHASE_COLS], labels=[c[:-3] for c in PHASE_COLS],
+                     colors=phase_colors())
+        ax.plot(x, sel["wall_us"], color=quantity_color("wall"), lw=1, label="wall per step")
         ax.set(title=f"{origin_label(origin)}: {variant}", xlabel="step (timed window)",
                ylabel="µs", ylim=(0, 1.3 * sel["wall_us"].quantile(0.95)))
     axes[0][0].legend(fontsize=8, loc="upper left")
@@ -44,7 +57,8 @@ def techniques(runtime: pd.DataFrame) -> plt.Figure:
     for ax, origin in zip(axes[0], origins, strict=True):
         sel = runtime[runtime.get("origin", origin) == origin].set_index("variant")
         order = [v for v in VARIANT_ORDER if v in sel.index]
-        bars = ax.bar(order, sel.loc[order, "wall_us"], color="tab:blue")
+        bars = ax.bar(order, sel.loc[order, "wall_us"], facecolor="white",
+                      edgecolor=quantity_color("wall"))
         for bar, v in zip(bars, order, strict=True):
             ax.annotate(f"{sel.loc[v, 'ratio_to_bare']:.2f}x", (bar.get_x() + bar.get_width() / 2,
                         bar.get_height()), ha="center", va="bottom", fontsize=9)
@@ -62,10 +76,12 @@ def host_overhead_vs_batch(batch: pd.DataFrame) -> plt.Figure:
     fig, axes = plt.subplots(1, len(origins), figsize=(6 * len(origins), 4), squeeze=False)
     for ax, origin in zip(axes[0], origins, strict=True):
         sel = batch[batch.get("origin", origin) == origin].sort_values("batch")
-        ax.plot(sel["batch"], sel["engine_wall_us"], "o-", label="engine step (wall)")
-        ax.plot(sel["batch"], sel["bare_wall_us"], "s--", label="bare forward (wall)")
-        ax.plot(sel["batch"], sel["engine_host_us"], "^-", label="engine host time")
-        ax.plot(sel["batch"], sel["orchestration_us"], "v:", label="host outside the forward")
+        for col, style, quantity, label in (
+                ("engine_wall_us", "o-", "wall", "engine step (wall)"),
+                ("bare_wall_us", "s--", "compute", "bare forward (wall)"),
+                ("engine_host_us", "^-", "host CPU", "engine host time"),
+                ("orchestration_us", "v:", "orchestration", "host outside the forward")):
+            ax.plot(sel["batch"], sel[col], style, color=quantity_color(quantity), label=label)
         ax.set(title=origin_label(origin), xlabel="batch (rows decoding)", ylabel="µs per step",
                xscale="log", yscale="log")
         ax.set_xticks(sel["batch"], [str(b) for b in sel["batch"]])
@@ -82,8 +98,10 @@ def sampler(samplers: pd.DataFrame) -> plt.Figure:
     fig, axes = plt.subplots(1, len(origins), figsize=(6 * len(origins), 4), squeeze=False)
     for ax, origin in zip(axes[0], origins, strict=True):
         sel = samplers[samplers.get("origin", origin) == origin]
-        ax.bar(sel["variant"], sel["device_us"], label="device (kernels back to back)")
-        ax.plot(sel["variant"], sel["host_us"], "ko", label="host time to issue")
+        ax.bar(sel["variant"], sel["device_us"], color=quantity_color("device busy"),
+               label="device (kernels back to back)")
+        ax.plot(sel["variant"], sel["host_us"], "o", color=quantity_color("host CPU"),
+                label="host time to issue")
         ax.set(title=f"{origin_label(origin)}: batch {int(sel['batch'].iloc[0])}, "
                      f"vocab {int(sel['vocab'].iloc[0])}", ylabel="µs per call")
         ax.tick_params(axis="x", rotation=20)
@@ -102,7 +120,7 @@ def workload_latency(requests: pd.DataFrame) -> plt.Figure:
         for ax, col in zip(axes, ("ttft_ms", "tpot_ms"), strict=True):
             vals = sel[col].dropna().sort_values()
             ax.step(vals, [(i + 1) / len(vals) for i in range(len(vals))], where="post",
-                    label=label)
+                    color=origin_color(origin), label=label)
     axes[0].set(title="time to first token", xlabel="ms", ylabel="fraction of requests",
                 xscale="log")
     axes[1].set(title="time per output token", xlabel="ms", xscale="log")
