@@ -7,8 +7,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from decodelab.engine.plan import Plan, apply_plan
 from decodelab.engine.requests import Request, SamplingParams, Sequence, Status
-from decodelab.engine.scheduler import Plan, Scheduler, SchedulerConfig
+from decodelab.engine.scheduler import Scheduler, SchedulerConfig
 from decodelab.model.block_pool import BlockPool
 
 
@@ -49,20 +50,7 @@ def simulate(seqs: list[Sequence], sched: Scheduler, pool: BlockPool, arrivals: 
             waiting.append(todo.pop(0)[1])
         plan = sched.schedule(running, waiting, pool.num_free)
         check_plan(plan, sched, running, waiting, pool.num_free)
-        for s in plan.preempt:
-            pool.free(s.blocks)
-            s.blocks = []
-            running.remove(s)
-            s.status = Status.WAITING
-            s.num_preemptions += 1
-            waiting.append(s)
-        for s, n in plan.decode:
-            s.blocks += pool.allocate(n)
-        for s, n in plan.admit:
-            s.blocks = pool.allocate(n)
-            waiting.remove(s)
-            running.append(s)
-            s.status = Status.RUNNING
+        apply_plan(plan, pool, running, waiting)  # the engine's own application
         launched = [s for s, _ in (*plan.decode, *plan.admit)]
         for s in launched:
             s.launched += 1
@@ -122,3 +110,29 @@ def test_waits_for_outputs_in_flight_before_readmitting():
     assert sched.schedule([], [seq], 10).admit == ()
     seq.output.append(0)
     assert [s for s, _ in sched.schedule([], [seq], 10).admit] == [seq]
+
+
+def test_scheduler_and_plan_import_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; import decodelab.engine.scheduler, decodelab.engine.plan; "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_apply_plan_preempts_then_admits_with_every_block_accounted():
+    sched = Scheduler(SchedulerConfig(block_size=2, max_num_seqs=2, max_model_len=16))
+    pool = BlockPool(4, 2)
+    old, new = make_seq(0, 3, 8), make_seq(1, 3, 8)
+    running, waiting = [], [old, new]
+    apply_plan(sched.schedule(running, waiting, pool.num_free), pool, running, waiting)
+    assert running == [old, new] and not waiting and pool.num_free == 0
+    for s in running:
+        s.launched, s.output = 2, [0]  # writes position 4 next: a third block each
+    plan = sched.schedule(running, waiting, pool.num_free)
+    assert plan.preempt == (new,) and [s for s, _ in plan.decode] == [old]
+    apply_plan(plan, pool, running, waiting)
+    assert running == [old] and waiting == [new] and new.status is Status.WAITING
+    assert new.blocks == [] and new.num_preemptions == 1 and len(old.blocks) == 3
+    assert pool.num_free + len(old.blocks) == pool.num_total

@@ -31,6 +31,7 @@ import torch
 from decodelab.engine.batch import StaticBatch, prefill_params
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.metrics import Metrics, RequestRecord, StepRecord
+from decodelab.engine.plan import Plan, apply_plan
 from decodelab.engine.protocols import ForwardGraphs, RuntimeModel
 from decodelab.engine.requests import (
     InvalidRequestError,
@@ -41,7 +42,7 @@ from decodelab.engine.requests import (
     validate_request,
 )
 from decodelab.engine.sampler import PenaltyState, RowParams, choose_mode, sample_step
-from decodelab.engine.scheduler import Plan, Scheduler, SchedulerConfig
+from decodelab.engine.scheduler import Scheduler, SchedulerConfig
 from decodelab.engine.step_graphs import StepGraphs
 from decodelab.engine.stream import (
     CallbackError,
@@ -193,23 +194,15 @@ class Engine:
         return self.graphs.bucket_for(n)
 
     def _apply(self, plan: Plan) -> None:
-        for seq in plan.preempt:
+        apply_plan(plan, self.pool, self.running, self.waiting)
+        for seq in plan.preempt:  # before admissions: their slots are free again
             self._release(seq)
-            self.running.remove(seq)
-            seq.status = Status.WAITING
-            seq.num_preemptions += 1
-            self.waiting.append(seq)
         for seq, n in plan.decode:
             if n:
-                seq.blocks += self.pool.allocate(n)
                 self.batch.set_blocks(seq, len(seq.blocks) - n)
-        for seq, n in plan.admit:
-            seq.blocks = self.pool.allocate(n)
+        for seq, _ in plan.admit:
             seq.slot = self.free_slots.pop()
             self.batch.assign(seq)
-            seq.status = Status.RUNNING
-            self.waiting.remove(seq)
-            self.running.append(seq)
 
     def _launch(self, rec: StepRecord, decode: list[Sequence], admit: list[Sequence],
                 t: float) -> None:

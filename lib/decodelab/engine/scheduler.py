@@ -10,8 +10,8 @@ number of free cache blocks and returns a :class:`Plan`:
   prompt and output so far) when blocks allow;
 - ``admit``: waiting sequences (oldest first) whose prompt is prefilled this step.
 
-It mutates nothing and imports no torch, so it is property-tested on CPU. The engine
-applies a plan by freeing and allocating blocks in the pool.
+It mutates nothing and imports no torch, so it is property-tested on CPU. The engine (and
+the tests) apply a plan with :func:`decodelab.engine.plan.apply_plan`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
 from decodelab.core.validate import check_int
+from decodelab.engine.plan import Plan
 from decodelab.engine.requests import Sequence
 from decodelab.model.block_pool import blocks_needed
 
@@ -39,25 +40,6 @@ class SchedulerConfig:
 
     def blocks_needed(self, num_tokens: int) -> int:
         return blocks_needed(num_tokens, self.block_size)
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    decode: tuple[tuple[Sequence, int], ...] = ()  # (sequence, blocks to add) in FCFS order
-    admit: tuple[tuple[Sequence, int], ...] = ()  # (sequence, blocks to allocate)
-    preempt: tuple[Sequence, ...] = ()  # newest first
-
-    @property
-    def empty(self) -> bool:
-        return not (self.decode or self.admit or self.preempt)
-
-    @property
-    def blocks_allocated(self) -> int:
-        return sum(n for _, n in self.decode) + sum(n for _, n in self.admit)
-
-    @property
-    def blocks_freed(self) -> int:
-        return sum(len(s.blocks) for s in self.preempt)
 
 
 class Scheduler:
