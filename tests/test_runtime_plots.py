@@ -59,9 +59,9 @@ def test_summary_names_targets(tables):
 
 def test_notebook_params_validate():
     assert NotebookParams("smoke", False).bench_profile == "smoke"
-    with pytest.raises(ConfigError, match="NotebookParams.profile"):
+    with pytest.raises(ConfigError, match="04_runtime.profile"):
         NotebookParams("fast", False)
-    with pytest.raises(ConfigError, match="NotebookParams.run_bench"):
+    with pytest.raises(ConfigError, match="04_runtime.run_bench"):
         NotebookParams("cpu", False, run_bench="yes")
 
 
