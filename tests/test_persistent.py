@@ -80,8 +80,6 @@ def test_notebook_params():
     NotebookParams(profile="smoke", interactive=False)
     with pytest.raises(ConfigError, match="profile"):
         NotebookParams(profile="huge", interactive=False)
-    with pytest.raises(ConfigError, match="n_validate"):
-        NotebookParams(profile="cpu", interactive=True, n_validate=0)
 
 
 def test_latency_model_math():

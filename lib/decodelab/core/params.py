@@ -101,7 +101,10 @@ class NotebookParams:
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
-            value, allowed = getattr(self, field.name), field.metadata["allowed"]
+            value, allowed = getattr(self, field.name), field.metadata.get("allowed")
+            if allowed is None:
+                raise TypeError(f"{type(self).__name__}.{field.name}: declare it with "
+                                "decodelab.core.params.param(default, doc, ...)")
             if not allowed.admits(value, field.default):
                 kind = "" if type(value) is type(field.default) else f" ({type(value).__name__})"
                 raise ConfigError(f"{self.NOTEBOOK}.{field.name}={value!r}{kind}: must be "
