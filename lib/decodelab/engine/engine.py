@@ -18,19 +18,20 @@ The host therefore never stalls the device to decide anything: it learns a token
 after it was sampled, and a request that stops costs one extra (discarded) decode row.
 Every exit (finished, aborted, failed, an error in the step itself) goes through
 :meth:`Engine._retire`, which frees the request's blocks and slot exactly once.
+
+Steps 2 and 3 are issued by ``runner.ModelRunner``; the token copies and the queue of steps
+not yet processed are ``output.TokenOutput``; this module decides and bookkeeps.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
-from dataclasses import dataclass
 
 import torch
 
-from decodelab.engine.batch import StaticBatch, prefill_params
 from decodelab.engine.config import EngineConfig
-from decodelab.engine.metrics import Metrics, RequestRecord, StepRecord
+from decodelab.engine.metrics import Metrics, PhaseClock, RequestRecord, StepRecord
+from decodelab.engine.output import Pending, TokenOutput
 from decodelab.engine.plan import Plan, apply_plan
 from decodelab.engine.protocols import ForwardGraphs, RuntimeModel
 from decodelab.engine.requests import (
@@ -41,9 +42,8 @@ from decodelab.engine.requests import (
     Status,
     validate_request,
 )
-from decodelab.engine.sampler import PenaltyState, RowParams, choose_mode, sample_step
+from decodelab.engine.runner import ModelRunner
 from decodelab.engine.scheduler import Scheduler, SchedulerConfig
-from decodelab.engine.step_graphs import StepGraphs
 from decodelab.engine.stream import (
     CallbackError,
     NonFiniteLogitsError,
@@ -53,23 +53,16 @@ from decodelab.engine.stream import (
     stop_reason,
 )
 
-NAN = float("nan")
 # A request without a seed gets engine seed * SEED_STRIDE + its arrival number: a prime larger
 # than any run's number of requests, so no two (engine seed, arrival) pairs share a seed.
 SEED_STRIDE = 1_000_003
 
 
-@dataclass(slots=True)
-class _Pending:
-    """A launched step whose tokens the host has not processed yet."""
-
-    rows: list[Sequence]
-    cols: list[int]  # column of each row in the pinned output buffer
-    buf: int
-    event: torch.cuda.Event | None
-
-
 class Engine:
+    """Continuous batching of ``model`` (see :class:`~decodelab.engine.protocols.RuntimeModel`),
+    with ``graphs`` (:class:`~decodelab.engine.protocols.ForwardGraphs`) replayed for decode
+    when ``config.use_graphs``."""
+
     def __init__(self, model: RuntimeModel, config: EngineConfig | None = None,
                  graphs: ForwardGraphs | None = None) -> None:
         config = config if config is not None else EngineConfig()
@@ -78,38 +71,38 @@ class Engine:
         self.pool = cache.pool
         self.device = torch.device(model.device)
         self.vocab = model.config.vocab_size
-        max_len = min(config.max_model_len, cache.capacity_tokens,
-                      model.config.max_position_embeddings)
+        max_len = config.context_limit(self.vocab, cache.capacity_tokens,
+                                       model.config.max_position_embeddings)
         self.scheduler = Scheduler(SchedulerConfig(cache.block_size, config.max_num_seqs,
                                                    max_len, config.max_prefill_tokens))
         self.limits = Limits(self.vocab, max_len, config.eos_token_id)
-        self.graphs = graphs if config.use_graphs else None
         rows = config.max_num_seqs
-        self.batch = StaticBatch(rows, self.scheduler.config.blocks_needed(max_len), rows,
-                                 cache.block_size, cache.scratch_block, self.device)
-        self.penalties = PenaltyState.empty(rows + 1, self.vocab, self.device)
-        # stage + sampler graphs around the forward graph (only with static inputs: they
-        # read the static buffers)
-        self.step_graphs = (StepGraphs(self.graphs, self.batch, self.penalties)
-                            if self.graphs is not None and config.static_inputs else None)
-        pin = self.device.type == "cuda"
-        # (2 buffers, decode columns then prefill columns): tokens, -1 = non-finite logits
-        self.out_tok = torch.zeros(2, 2 * rows, dtype=torch.int64, pin_memory=pin)
-        self._out_flip = 0
-        # one reusable event per output buffer: it marks when that buffer's copy has landed
-        self._events = [torch.cuda.Event() for _ in range(2)] if pin else [None, None]
+        self.output = TokenOutput(rows, self.device)
+        self.runner = ModelRunner(model, config, graphs,
+                                  self.scheduler.config.blocks_needed(max_len), self.output)
+        self.graphs, self.batch = self.runner.graphs, self.runner.batch
+        self.penalties, self.step_graphs = self.runner.penalties, self.runner.step_graphs
+        self.pending = self.output.pending
         self.free_slots = list(range(rows - 1, -1, -1))
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
         self.active: dict[str, Sequence] = {}
-        self.pending: deque[_Pending] = deque()
         self.metrics = Metrics(config.keep_steps)
-        # Fault injection for tests and demos: logits_hook(rows, logits) may edit the logits of
-        # a step in place before sampling. None (the default) costs nothing.
-        self.logits_hook = None
+        self._sync = (torch.cuda.synchronize if config.sync_phases and self.device.type == "cuda"
+                      else None)
         self._arrivals = 0
         self._steps = 0
         self._t_last_step: float | None = None
+
+    @property
+    def logits_hook(self):
+        """Fault injection for tests and demos: ``logits_hook(rows, logits)`` may edit a step's
+        logits in place before sampling. None (the default) costs nothing."""
+        return self.runner.logits_hook
+
+    @logits_hook.setter
+    def logits_hook(self, hook) -> None:
+        self.runner.logits_hook = hook
 
     # ------------------------------------------------------------------ client side
     def submit(self, request: Request, *, arrival_time: float | None = None) -> RequestHandle:
@@ -165,33 +158,21 @@ class Engine:
         self._apply(plan)
         decode = [s for s, _ in plan.decode]
         admit = [s for s, _ in plan.admit]
-        rec = StepRecord(self._steps, len(decode), self._bucket(len(decode)) if decode else 0,
-                         len(admit), sum(s.num_prompt + len(s.output) for s in admit))
+        rec = StepRecord(self._steps, len(decode), self.runner.bucket(len(decode)) if decode
+                         else 0, len(admit), sum(s.num_prompt + len(s.output) for s in admit))
         self._steps += 1
-        t = self._phase(rec, "schedule", t_start)
+        clock = PhaseClock(rec, t_start, self._sync)
+        clock.mark("schedule")
         if decode or admit:
-            self._launch(rec, decode, admit, t)
-        else:
-            if not self.pending and self.waiting:
-                raise RuntimeError("scheduler stalled: requests wait, nothing runs or is pending")
-        t = time.perf_counter()
+            self._launch(clock, decode, admit)
+        elif not self.pending and self.waiting:
+            raise RuntimeError("scheduler stalled: requests wait, nothing runs or is pending")
+        clock.restart()
         keep = 1 if (self.cfg.async_output and (decode or admit)) else 0
         while len(self.pending) > keep:
-            self._process(self.pending.popleft(), rec)
-        self._phase(rec, "emit", t)
+            self._process(*self.output.take(), rec)
+        clock.mark("emit")
         self.metrics.steps.append(rec)
-
-    def _phase(self, rec: StepRecord, name: str, t0: float) -> float:
-        if self.cfg.sync_phases and self.device.type == "cuda":
-            torch.cuda.synchronize()
-        t1 = time.perf_counter()
-        setattr(rec, name, getattr(rec, name) + t1 - t0)
-        return t1
-
-    def _bucket(self, n: int) -> int:
-        if self.graphs is None:
-            return n
-        return self.graphs.bucket_for(n)
 
     def _apply(self, plan: Plan) -> None:
         apply_plan(plan, self.pool, self.running, self.waiting)
@@ -204,18 +185,16 @@ class Engine:
             seq.slot = self.free_slots.pop()
             self.batch.assign(seq)
 
-    def _launch(self, rec: StepRecord, decode: list[Sequence], admit: list[Sequence],
-                t: float) -> None:
-        buf = self._out_flip
-        self._out_flip ^= 1
+    def _launch(self, clock: PhaseClock, decode: list[Sequence], admit: list[Sequence]) -> None:
+        buf = self.output.next_buffer()
         rows, cols = [], []
         try:
             if admit:
-                t = self._prefill(rec, admit, buf, t)
+                self.runner.prefill(admit, buf, clock)
                 rows += admit
-                cols += range(self.cfg.max_num_seqs, self.cfg.max_num_seqs + len(admit))
+                cols += range(self.output.prefill_col, self.output.prefill_col + len(admit))
             if decode:
-                t = self._decode(rec, decode, buf, t)
+                self.runner.decode(decode, clock.rec.bucket, buf, clock)
                 rows += decode
                 cols += range(len(decode))
         except Exception as exc:  # noqa: BLE001 - a failed step fails its rows, not the engine
@@ -224,73 +203,12 @@ class Engine:
             return
         for seq in rows:
             seq.launched += 1
-        event = self._events[buf]
-        if event is not None:
-            event.record()
-        self.pending.append(_Pending(rows, cols, buf, event))
-        self._phase(rec, "update", t)
-
-    def _prefill(self, rec: StepRecord, admit: list[Sequence], buf: int, t: float) -> float:
-        uses_pen = [s.params.uses_penalties for s in admit]
-        for seq in admit:
-            if seq.params.uses_penalties:
-                dev = self.device
-                self.penalties.reset_slot(seq.slot, torch.tensor(seq.request.prompt, device=dev),
-                                          torch.tensor(seq.output, dtype=torch.int64, device=dev))
-        params = prefill_params(admit, self.device)
-        t = self._phase(rec, "prepare", t)
-        logits = self.model.prefill([s.all_tokens() for s in admit], [s.blocks for s in admit])
-        t = self._phase(rec, "forward", t)
-        mode = choose_mode([s.params.greedy for s in admit], [s.params.top_k for s in admit],
-                           uses_pen, self.vocab, self.cfg.max_partial_k)
-        lo = self.cfg.max_num_seqs
-        self._sample_into(admit, logits, params, mode, buf, lo)
-        return self._phase(rec, "sample", t)
-
-    def _decode(self, rec: StepRecord, decode: list[Sequence], buf: int, t: float) -> float:
-        bucket, sg = rec.bucket, self.step_graphs
-        inp, slots = self.batch.prepare(decode, bucket, static=self.cfg.static_inputs)
-        mode = self.batch.mode(slots[:len(decode)], self.vocab, self.cfg.max_partial_k)
-        if sg is None and self.cfg.static_inputs:
-            self.batch.stage(bucket, inp.input_ids, inp.context_lens32)
-        t = self._phase(rec, "prepare", t)
-        if sg is not None:
-            sg.stage(bucket)
-            logits = sg.forward(bucket)
-        else:
-            args = (inp.input_ids, inp.positions, inp.slot_mapping, inp.block_tables,
-                    inp.context_lens32)
-            logits = (self.graphs.run(*args) if self.graphs is not None
-                      else self.model.decode(*args))
-        t = self._phase(rec, "forward", t)
-        if self.logits_hook is not None:
-            self.logits_hook(decode, logits)
-        if sg is not None:
-            out = sg.sample(bucket, mode)
-        else:
-            out = torch.empty(bucket, dtype=torch.int64, device=self.device)
-            sample_step(logits, inp.params, mode, self.penalties, self.batch.last_token, out)
-        self._copy_out(out, buf, 0, len(decode))
-        return self._phase(rec, "sample", t)
-
-    def _sample_into(self, rows: list[Sequence], logits: torch.Tensor, params: RowParams, mode,
-                     buf: int, lo: int) -> None:
-        if self.logits_hook is not None:
-            self.logits_hook(rows, logits)
-        out = torch.empty(logits.shape[0], dtype=torch.int64, device=self.device)
-        sample_step(logits, params, mode, self.penalties, self.batch.last_token, out)
-        self._copy_out(out, buf, lo, len(rows))
-
-    def _copy_out(self, out: torch.Tensor, buf: int, lo: int, n: int) -> None:
-        self.out_tok[buf, lo:lo + n].copy_(out[:n], non_blocking=True)
+        self.output.launched(rows, cols, buf)
+        clock.mark("update")
 
     # ------------------------------------------------------------------ emit and retire
-    def _process(self, pend: _Pending, rec: StepRecord) -> None:
-        if pend.event is not None:
-            t0 = time.perf_counter()
-            pend.event.synchronize()
-            rec.sync_wait += time.perf_counter() - t0
-        toks = self.out_tok[pend.buf].tolist()
+    def _process(self, pend: Pending, toks: list[int], waited: float, rec: StepRecord) -> None:
+        rec.sync_wait += waited
         for seq, col in zip(pend.rows, pend.cols, strict=True):
             if seq.status.done:
                 continue  # ended after this step was launched: its row is discarded
@@ -362,17 +280,7 @@ class Engine:
         self.metrics.outcomes[status.value] += 1
         if status is Status.FAILED:
             self.metrics.error(reason)
-        self.metrics.requests.append(_request_record(seq))
+        self.metrics.requests.append(RequestRecord.of(seq))
         if notify:
             self._deliver(seq, TokenEvent(seq.request_id, None, len(seq.output), True,
                                           status.value, reason, error))
-
-
-def _request_record(seq: Sequence) -> RequestRecord:
-    n = len(seq.output)
-    first, last = seq.t_first_token, seq.t_last_token
-    ttft = first - seq.t_arrival if first is not None else NAN
-    tpot = (last - first) / (n - 1) if n > 1 and first is not None and last is not None else NAN
-    return RequestRecord(seq.request_id, seq.status.value, seq.finish_reason or "",
-                         seq.num_prompt, n, seq.num_preemptions, ttft, tpot,
-                         (seq.t_done or NAN) - seq.t_arrival)

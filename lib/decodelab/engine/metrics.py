@@ -16,9 +16,16 @@ includes its device time (a diagnostic mode: the pipeline no longer overlaps).
 
 from __future__ import annotations
 
+import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:
+    from decodelab.engine.requests import Sequence
+
+NAN = float("nan")
 PHASES = ("schedule", "prepare", "forward", "sample", "update", "emit")
 
 
@@ -45,6 +52,27 @@ class StepRecord:
                 - self.sync_wait)
 
 
+class PhaseClock:
+    """Charges the host time since the previous mark to a phase of one step's record (after
+    ``sync``, if given: the ``sync_phases`` diagnostic)."""
+
+    __slots__ = ("rec", "sync", "t")
+
+    def __init__(self, rec: StepRecord, t0: float, sync: Callable[[], None] | None) -> None:
+        self.rec, self.t, self.sync = rec, t0, sync
+
+    def mark(self, phase: str) -> None:
+        if self.sync is not None:
+            self.sync()
+        t1 = time.perf_counter()
+        setattr(self.rec, phase, getattr(self.rec, phase) + t1 - self.t)
+        self.t = t1
+
+    def restart(self) -> None:
+        """The next phase starts now (the time since the last mark is charged to none)."""
+        self.t = time.perf_counter()
+
+
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
     request_id: str
@@ -56,6 +84,17 @@ class RequestRecord:
     ttft_s: float  # arrival -> first token seen by the host (NaN if none)
     tpot_s: float  # (last token - first token) / (tokens - 1) (NaN under two tokens)
     e2e_s: float
+
+    @classmethod
+    def of(cls, seq: Sequence) -> RequestRecord:
+        """The record of a request that has ended."""
+        n = len(seq.output)
+        first, last = seq.t_first_token, seq.t_last_token
+        ttft = first - seq.t_arrival if first is not None else NAN
+        tpot = ((last - first) / (n - 1) if n > 1 and first is not None and last is not None
+                else NAN)
+        return cls(seq.request_id, seq.status.value, seq.finish_reason or "", seq.num_prompt, n,
+                   seq.num_preemptions, ttft, tpot, (seq.t_done or NAN) - seq.t_arrival)
 
 
 class Metrics:
