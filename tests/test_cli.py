@@ -23,6 +23,7 @@ def _run(capsys, argv):
     (["report", "--profile", "turbo", "--out", "{out}"], "unknown profile 'turbo'"),
     (["run", "05", "-p", "model_batch", "0", "--out", "{out}"], "model_batch=0: must be an integer in [1, 4096]"),
     (["params", "99"], "unknown notebook '99'; available: 00_environment"),
+    (["run", "04", "--out", "{out}"], "notebook '04' is ambiguous: 04_model, 04_runtime"),
 ])
 def test_bad_input_exits_2_and_writes_nothing(capsys, tmp_path, local_results, argv, needle):
     out = tmp_path / "out"

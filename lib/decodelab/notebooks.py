@@ -42,11 +42,15 @@ def available() -> list[str]:
 
 
 def resolve(name: str) -> str:
-    """Accept ``01_dispatch``, ``01`` or ``dispatch``; raise ConfigError listing the choices."""
+    """Accept ``01_dispatch``, ``01`` or ``dispatch``; raise ConfigError listing the choices
+    (also when a number names two notebooks, as ``04`` does)."""
     names = available()
-    for full in names:
-        if name in (full, full[:2], full[3:], f"{full}.py", f"{full}.ipynb"):
-            return full
+    found = [full for full in names
+             if name in (full, full[:2], full[3:], f"{full}.py", f"{full}.ipynb")]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise ConfigError(f"notebook {name!r} is ambiguous: {', '.join(found)}")
     raise ConfigError(f"unknown notebook {name!r}; available: {', '.join(names) or '(none)'}")
 
 
