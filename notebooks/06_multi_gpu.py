@@ -46,16 +46,10 @@ from IPython.display import Markdown, display
 from decodelab import plots
 from decodelab.core import paths
 from decodelab.parallel import analysis
-from decodelab.parallel.notebook import (
-    NotebookParams,
-    collectives_prose,
-    crossover_prose,
-    load_tables,
-    local_plan,
-    profile_prose,
-    run_local_bench,
-)
+from decodelab.parallel import notebook as nb
+from decodelab.parallel.notebook import NotebookParams
 from decodelab.plots import parallel as figs
+from decodelab.plots import show_table
 
 params = NotebookParams.from_cell(globals())
 HEADLINE_ORIGIN = "reference/h200x2"
@@ -71,12 +65,21 @@ plots.use_style()
 # shipped reference (`data/reference/h200x2/`) comes from two H200s in one host.
 
 # %%
-bench_profile, backend = local_plan(params.profile)
-written = run_local_bench(params)
-tables = load_tables()
+bench_profile, backend = nb.local_plan(params.profile)
+written = nb.run_local_bench(params)
+tables, cpu_runs = nb.split_timed(nb.load_tables())
 display(Markdown(
     f"Local run: profile `{bench_profile}`, backend `{backend}`"
     + (f", wrote {', '.join(f'`{p.name}`' for p in written)}." if written else ", skipped.")))
+if "tp" in cpu_runs:
+    display(Markdown(
+        "**What the CPU run establishes** (this machine, gloo):\n\n"
+        + nb.local_check_prose(cpu_runs["tp"])
+        + "\n\nIts timings are left out of every figure and table below: two processes "
+        "exchanging tensors over loopback sockets on a CPU measure the socket path and two "
+        "processes sharing a few cores, so a speed-up or a T_comm computed from them (one can "
+        "even come out negative, when the local stand-in costs more than the collective) says "
+        "nothing about a GPU interconnect. They stay in `data/local/` for inspection."))
 
 # %% [markdown]
 # ## Decode time against batch size
@@ -96,10 +99,10 @@ if "tp" in tables:
     plots.save(figs.decode_vs_batch(tp), "tp_decode_vs_batch")
     display(Markdown("**Where TP=2 starts to pay off** (the smallest batch from which it is "
                      "faster at every larger measured batch, by more than the run-to-run spread "
-                     "of two reference runs):\n\n" + crossover_prose(tp)))
+                     "of two reference runs):\n\n" + nb.crossover_prose(tp)))
 else:
-    display(Markdown("No tensor-parallel table yet: run `make bench-gpu-tp` on a multi-GPU "
-                     "machine."))
+    display(Markdown("No tensor-parallel table from GPUs yet: run `make bench-gpu-tp` on a "
+                     "multi-GPU machine."))
 
 # %% [markdown]
 # ## The step, decomposed: T_comm
@@ -117,11 +120,12 @@ if "tp" in tables:
     if HEADLINE_ORIGIN in set(tp["origin"]):  # the README's table, from the shipped reference
         headline = analysis.headline_table(tp, HEADLINE_ORIGIN)
         (paths.figures_dir() / "headline_tp.md").write_text(headline + "\n")
-        display(Markdown(f"Graph mode, `{HEADLINE_ORIGIN}`:\n\n{headline}"))
+        display(Markdown(f"Graph mode, {plots.origin_label(HEADLINE_ORIGIN)}:\n\n{headline}"))
     dec = analysis.decomposition(tp)
-    cols = ["origin", "model", "mode", "batch", "tp", "ms_per_token", "compute_ms", "comm_ms",
-            "comm_alone_ms", "comm_share"]
-    display(dec[dec["tp"] > 1][cols].round(3))
+    display(show_table(dec[dec["tp"] > 1], {
+        "origin": "source", "model": "model", "mode": "mode", "batch": "batch", "tp": "TP",
+        "ms_per_token": "step (ms)", "compute_ms": "compute (ms)", "comm_ms": "T_comm (ms)",
+        "comm_alone_ms": "collectives alone (ms)", "comm_share": "T_comm share"}))
 
 # %% [markdown]
 # ## What a CUDA graph does to the collectives
@@ -138,15 +142,20 @@ if "tp" in tables:
 if "tp_collectives" in tables:
     coll = tables["tp_collectives"]
     plots.save(figs.all_reduce_sweep(coll), "tp_all_reduce_sweep")
-    display(Markdown(collectives_prose(coll)))
+    display(Markdown(nb.collectives_prose(coll)))
     saving = analysis.graph_saving(coll)
-    display(saving[saving["nbytes"] <= 1 << 20].round(2))
+    display(show_table(saving[saving["nbytes"] <= 1 << 20], {
+        "origin": "source", "nbytes": "message (bytes)", "us_per_op_eager": "eager (µs)",
+        "us_per_op_graph": "graph (µs)", "host_us_per_op_eager": "eager host (µs)",
+        "host_us_per_op_graph": "graph host (µs)", "saved_us": "saved by the graph (µs)",
+        "ratio": "eager / graph"}))
 if "tp" in tables:
     per = analysis.per_collective_us(tp)
-    display(Markdown("Per collective inside the decode step (T_comm / collectives per step) "
-                     "and alone, µs:"))
-    display(per.groupby(["origin", "model", "mode"])[["in_step_us", "alone_us"]].median()
-            .round(1))
+    display(show_table(per.groupby(["origin", "model", "mode"])[["in_step_us", "alone_us"]]
+                       .median(), {"origin": "source", "model": "model", "mode": "mode",
+                                   "in_step_us": "in the step (µs)", "alone_us": "alone (µs)"},
+                       caption="Per collective inside the decode step (T_comm / collectives "
+                               "per step) and alone, median over batches."))
 
 # %% [markdown]
 # ## Inside the step: one collective, host and device
@@ -159,8 +168,8 @@ if "tp" in tables:
 
 # %%
 if "tp_profile" in tables:
-    display(Markdown(profile_prose(tables["tp_profile"])))
-    display(analysis.collective_ops(tables["tp_profile"]).round(1))
+    display(Markdown(nb.profile_prose(tables["tp_profile"])))
+    display(show_table(analysis.collective_ops(tables["tp_profile"])))
 
 # %% [markdown]
 # ## Explore

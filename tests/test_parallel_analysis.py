@@ -137,3 +137,21 @@ def test_a_speedup_within_the_margin_is_a_tie_not_a_win():
     assert c.loc["big", "pays_off_from"] == 4
     assert c.loc["big", "ties"] == [1, 2]
     assert "a tie (within 2.5%) at batch 1, 2" in crossover_prose(tp)
+
+
+def test_cpu_runs_are_kept_apart_from_timed_rows():
+    from decodelab.parallel.notebook import local_check_prose, split_timed
+
+    ref = tp_table().assign(device="h200")
+    cpu = tp_table().assign(origin="local", device="cpu", dtype="float32",
+                            max_rel_err_vs_tp1=[0.0, 3e-7] * 12,
+                            tokens_equal_tp1=["True"] * 24)
+    cpu.loc[cpu["tp"] == 2, "comm_ms"] = -0.1  # a gloo stand-in can out-cost the collective
+    timed, local = split_timed({"tp": pd.concat([ref, cpu]), "tp_collectives": cpu})
+    assert set(timed) == {"tp"} and set(timed["tp"]["origin"]) == {"reference/x"}
+    assert set(local) == {"tp", "tp_collectives"} and (local["tp"]["origin"] == "local").all()
+    text = local_check_prose(local["tp"])
+    assert "largest relative logit difference 3e-07, greedy tokens equal (float32)" in text
+    assert text.count("\n") == len(STEPS) - 1  # one line per model
+    unlabelled = split_timed({"tp": tp_table()})[0]  # a table without a device column is kept
+    assert len(unlabelled["tp"]) == len(tp_table())

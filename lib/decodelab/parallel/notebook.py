@@ -18,7 +18,7 @@ from decodelab.core.params import NotebookParams as BaseParams
 from decodelab.core.params import param
 
 __all__ = ["NotebookParams", "collectives_prose", "crossover_prose", "load_tables", "local_plan",
-           "profile_prose", "run_local_bench"]
+           "local_check_prose", "profile_prose", "run_local_bench", "split_timed"]
 
 TABLES = ("tp", "tp_collectives", "tp_profile")
 
@@ -65,6 +65,34 @@ def load_tables() -> dict[str, pd.DataFrame]:
     from decodelab.core.results import has_table, load_table
 
     return {name: load_table(name) for name in TABLES if has_table(name)}
+
+
+def split_timed(tables: dict[str, pd.DataFrame]
+                ) -> tuple[dict[str, pd.DataFrame], dict[str, pd.DataFrame]]:
+    """(rows whose timings mean something, rows from CPU runs): a CPU run's two gloo ranks
+    exchange tensors over loopback sockets, so its times measure the socket path and two
+    processes sharing a few cores, not a GPU interconnect."""
+    timed, cpu = {}, {}
+    for name, frame in tables.items():
+        on_cpu = (frame["device"].astype(str) == "cpu" if "device" in frame
+                  else pd.Series(False, index=frame.index))
+        if (~on_cpu).any():
+            timed[name] = frame[~on_cpu]
+        if on_cpu.any():
+            cpu[name] = frame[on_cpu]
+    return timed, cpu
+
+
+def local_check_prose(tp: pd.DataFrame) -> str:
+    """What a CPU run does establish: per model, TP=n's logits against TP=1's and whether the
+    greedy tokens agree."""
+    lines = []
+    for (_, model, n), g in tp[tp["tp"] > 1].groupby(["origin", "model", "tp"], sort=False):
+        equal = g["tokens_equal_tp1"].astype(str).eq("True").all()
+        lines.append(f"- `{model}`, TP={n} against TP=1 on the same weights: largest relative "
+                     f"logit difference {g['max_rel_err_vs_tp1'].max():.2g}, greedy tokens "
+                     f"{'equal' if equal else 'not all equal'} ({g['dtype'].iloc[0]}).")
+    return "\n".join(lines)
 
 
 def _fmt_batch(b: float) -> str:

@@ -8,7 +8,10 @@ import pandas as pd
 from matplotlib.ticker import NullFormatter
 
 from decodelab.parallel.analysis import decomposition
-from decodelab.plots import origin_label, use_style
+from decodelab.plots import use_style
+from decodelab.plots.palette import mode_color, origin_label, origin_marker, quantity_color
+
+_TP_STYLES = {1: "-", 2: "--", 4: "-.", 8: ":"}
 
 
 def _panels(df: pd.DataFrame) -> list[tuple[str, str]]:
@@ -30,8 +33,8 @@ def decode_vs_batch(tp: pd.DataFrame) -> plt.Figure:
         sel = tp[(tp["origin"] == origin) & (tp["model"] == model)]
         for (n, mode), g in sel.groupby(["tp", "mode"]):
             g = g.sort_values("batch")
-            ax.plot(g["batch"], g["ms_per_token"], marker="o", ls="-" if mode == "graph" else ":",
-                    color=f"C{int(n) - 1}", label=f"TP={n}, {mode}")
+            ax.plot(g["batch"], g["ms_per_token"], marker="o", ls=_TP_STYLES.get(int(n), ":"),
+                    color=mode_color(mode), label=f"TP={n}, {mode}")
         ax.set(xscale="log", yscale="log", xlabel="batch (sequences decoding)",
                ylabel="ms per step (one token per sequence)",
                title=f"{origin_label(origin)}\n{model}")
@@ -58,13 +61,15 @@ def step_decomposition(tp: pd.DataFrame, mode: str = "graph") -> plt.Figure:
         one = sel[sel["tp"] == 1].set_index("batch").reindex(batches)
         many = sel[sel["tp"] > 1].set_index("batch").reindex(batches)
         w = 0.38
-        ax.bar([i - w / 2 for i in x], one["compute_ms"], w, color="C0", label="TP=1 step")
-        ax.bar([i + w / 2 for i in x], many["compute_ms"], w, color="C1",
+        compute, comm = quantity_color("compute"), quantity_color("communication")
+        ax.bar([i - w / 2 for i in x], one["compute_ms"], w, facecolor="white", edgecolor=compute,
+               hatch="///", label="TP=1 step (all compute)")
+        ax.bar([i + w / 2 for i in x], many["compute_ms"], w, color=compute,
                label="TP=n compute (collectives left out)")
         ax.bar([i + w / 2 for i in x], many["comm_ms"], w, bottom=many["compute_ms"],
-               color="C3", label="TP=n communication (T_comm)")
+               color=comm, label="TP=n communication (T_comm)")
         ax.scatter([i + w / 2 for i in x], many["comm_alone_ms"], marker="_", s=250,
-                   color="black", zorder=3, label="the collectives alone")
+                   color=quantity_color("wall"), zorder=3, label="the collectives alone")
         ax.set_xticks(list(x), labels=batches)
         ax.set(xlabel="batch", ylabel="ms per step",
                title=f"{origin_label(origin)}\n{model}, {mode}")
@@ -78,13 +83,15 @@ def all_reduce_sweep(coll: pd.DataFrame) -> plt.Figure:
     replayed from a CUDA graph; wall time solid, host time dotted."""
     use_style()
     fig, (lat, bw) = plt.subplots(1, 2, figsize=(12, 4.2))
-    for i, ((origin, mode), g) in enumerate(coll.groupby(["origin", "mode"], sort=False)):
+    origins = list(dict.fromkeys(coll["origin"]))
+    for (origin, mode), g in coll.groupby(["origin", "mode"], sort=False):
         g = g.sort_values("nbytes")
         label = f"{origin_label(origin)}, {mode}"
-        lat.plot(g["nbytes"], g["us_per_op"], marker="o", ms=3, color=f"C{i}", label=label)
-        lat.plot(g["nbytes"], g["host_us_per_op"], ls=":", color=f"C{i}",
+        style = dict(marker=origin_marker(origins, origin), ms=3, color=mode_color(mode))
+        lat.plot(g["nbytes"], g["us_per_op"], label=label, **style)
+        lat.plot(g["nbytes"], g["host_us_per_op"], ls=":", color=mode_color(mode),
                  label=f"{label} (host)")
-        bw.plot(g["nbytes"], g["busbw_gb_s"], marker="o", ms=3, color=f"C{i}", label=label)
+        bw.plot(g["nbytes"], g["busbw_gb_s"], label=label, **style)
     lat.set(xscale="log", yscale="log", xlabel="message (bytes)", ylabel="µs per all-reduce",
             title="latency")
     bw.set(xscale="log", xlabel="message (bytes)", ylabel="bus bandwidth (GB/s)",
