@@ -46,7 +46,7 @@ from decodelab.core.device import has_cuda
 from decodelab.core.profiles import PROFILES
 from decodelab.core.results import write_table
 from decodelab.core.validate import check_choice
-from decodelab.engine import runs
+from decodelab.engine import check, runs, sampler_timing, workload
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.rows import BatchRow, RunStamp, RuntimeRow, StepRow, stamped
 from decodelab.model.block_pool import blocks_needed
@@ -136,13 +136,13 @@ def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Pa
     model, graphs = _setup(cfg, dev)
     base = EngineConfig(max_num_seqs=max(cfg.batches), max_model_len=cfg.max_model_len,
                         use_graphs=graphs is not None)
-    agreement = runs.validate_engine(model, graphs, base)  # raises on a disagreement
+    agreement = check.validate_engine(model, graphs, base)  # raises on a disagreement
     if graphs is not None:
-        n = runs.validate_step_graphs(model, graphs, base, cfg.batch)  # raises likewise
+        n = check.validate_step_graphs(model, graphs, base, cfg.batch)  # raises likewise
         print(f"[bench] runtime: captured sampler equals the eager sampler on {n} steps",
               flush=True)
-    logits = runs.bench_logits(model, cfg.batch)
-    sampler_rows = runs.sampler_rows(logits, dev)  # validates partial vs full sort first
+    logits = sampler_timing.bench_logits(model, cfg.batch)
+    sampler_rows = sampler_timing.sampler_rows(logits, dev)  # validates partial vs sort first
     # kernels back to back (captured); the eager-issued time if capture was not possible.
     # With graphs the engine captures the faster of two-stage and direct selection (it times
     # both at its first step of each bucket), so its sampler is the faster of the two rows.
@@ -184,7 +184,7 @@ def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Pa
 
     batch_rows = _optional("batch sweep", sweep) or []
     request_rows, error_rows = _optional(
-        "workload", lambda: runs.poisson_workload(model, graphs, base, cfg)) or ([], [])
+        "workload", lambda: workload.poisson_workload(model, graphs, base, cfg)) or ([], [])
     stamp = RunStamp(cfg.model, cfg.dtype, cfg.block_size, agreement,
                      round(time.perf_counter() - t_start, 1))
     tables = (("runtime", rows), ("runtime_steps", step_rows), ("runtime_sampler", sampler_rows),
