@@ -98,7 +98,8 @@ def test_divergence_allowed_only_at_a_near_tie():
 
 
 def test_bench_refuses_a_tp_size_the_model_cannot_split(tmp_path):
-    from decodelab.parallel.bench import TPBenchConfig, run
+    from decodelab.parallel.bench import run
+    from decodelab.parallel.config import TPBenchConfig
     from decodelab.parallel.group import TPGroup
 
     cfg = TPBenchConfig.for_profile("smoke")

@@ -28,97 +28,30 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
-from decodelab.core.device import has_cuda
-from decodelab.core.profiles import PROFILES
 from decodelab.core.results import write_table
 from decodelab.core.timing import TimingConfig, median_times
-from decodelab.core.validate import check_choice
 from decodelab.model.block_pool import blocks_needed
-from decodelab.model.check import prompts, rel_err
 from decodelab.model.config import named_config
 from decodelab.model.graphs import DecodeGraphs
 from decodelab.model.weights import random_weights
 from decodelab.model.workload import copy_bandwidth_gb_s, decode_inputs
 from decodelab.parallel import collectives as coll
-from decodelab.parallel.check import (
-    TP_BF16_RTOL,
-    TP_FP32_RTOL,
-    build_model,
-    greedy,
-    unexplained_divergences,
-)
+from decodelab.parallel.check import build_model, validate_tp
+from decodelab.parallel.config import TPBenchConfig
 from decodelab.parallel.group import NO_MULTICAST_ENV, TPGroup, init_world, shutdown, sub_group
 from decodelab.parallel.profile import gather_rows, profile_step
+from decodelab.parallel.progress import log
 from decodelab.parallel.rows import ProfileRow, R, TPChecks, TPRow, stamped
 from decodelab.parallel.shard import check_tp
 
-SWEEP_BYTES = tuple(1 << k for k in range(10, 29))  # 1 KiB .. 256 MiB
 # Blocks beyond the timed batches' own: validation's greedy runs (4 prompts of
 # model.check.PROMPT_LENS plus check_tokens) must fit where the timed batches are small.
 VALIDATION_BLOCKS = 64
 SPARE_BLOCKS = 8  # beyond the one batch-1 sequence of the profiled step
-
-
-@dataclass(frozen=True, slots=True)
-class TPBenchConfig:
-    profile: str
-    models: tuple[str, ...]
-    dtype: str
-    graph_batches: tuple[int, ...]
-    eager_batches: tuple[int, ...]
-    context: int
-    sweep_bytes: tuple[int, ...]
-    sweep_ops: int = 32  # all-reduces per timed sample (one graph of them in graph mode)
-    sweep_samples: int = 15
-    check_tokens: int = 12
-    block_size: int = 16
-    warmup: int = 3
-    repeats: int = 7
-    inner: int = 8
-
-    def __post_init__(self) -> None:
-        check_choice("TPBenchConfig", "profile", self.profile, PROFILES)
-        check_choice("TPBenchConfig", "dtype", self.dtype, ("bfloat16", "float32"))
-        for m in self.models:
-            named_config(m)
-
-    @classmethod
-    def for_profile(cls, profile: str, cuda: bool | None = None) -> TPBenchConfig:
-        if profile == "gpu" and (has_cuda() if cuda is None else cuda):
-            return cls(profile, ("llama-3.2-1b", "llama-3.1-8b"), "bfloat16",
-                       (1, 2, 4, 8, 16, 32, 64, 128), (1, 8, 32, 128), 512, SWEEP_BYTES)
-        if profile == "smoke":
-            return cls(profile, ("tiny",), "float32", (), (1, 4), 32, (1 << 10, 1 << 14),
-                       sweep_ops=4, sweep_samples=3, check_tokens=4, warmup=1, repeats=2,
-                       inner=2)
-        return cls(profile, ("tiny",), "float32", (), (1, 4, 16), 64,
-                   tuple(1 << k for k in range(10, 21, 2)), sweep_ops=8, sweep_samples=5)
-
-    @property
-    def timing(self) -> TimingConfig:
-        return TimingConfig(self.warmup, self.repeats, self.inner)
-
-    def modes(self, cuda: bool) -> dict[str, tuple[int, ...]]:
-        out = {"eager": self.eager_batches}
-        if cuda:
-            out["graph"] = self.graph_batches
-        return out
-
-
-def _log(world: TPGroup, msg: str) -> None:
-    """Progress on every rank (a multi-process run that stalls must show where); on stderr,
-    which the exported report leaves out."""
-    print(f"[tp rank {world.rank} {time.perf_counter() - _T0:7.1f} s] {msg}", file=sys.stderr,
-          flush=True)
-
-
-_T0 = time.perf_counter()
 
 
 def bench(profile: str, out_dir: Path) -> list[Path]:
@@ -172,13 +105,13 @@ def _bench(cfg: TPBenchConfig, world: TPGroup, out_dir: Path) -> list[Path]:
         rows = write("tp", rows + _bench_model(cfg, world, name, dtype, bw))
     if world.size > 1:
         modes = ("eager", "graph") if cuda else ("eager",)
-        _log(world, "all-reduce sweep")
+        log(world, "all-reduce sweep")
         write("tp_collectives", coll.all_reduce_sweep(world, cfg.sweep_bytes, modes, dtype,
                                                       cfg.sweep_ops, cfg.sweep_samples))
     if world.size > 1 and cuda:  # on gloo a collective blocks the host: nothing to split
-        _log(world, "profiling one step per mode")  # last: the profiler stays attached
+        log(world, "profiling one step per mode")  # last: the profiler stays attached
         write("tp_profile", _profile_rows(cfg, world, dtype))
-    _log(world, "done")
+    log(world, "done")
     return paths
 
 
@@ -214,7 +147,7 @@ def _bench_model(cfg: TPBenchConfig, world: TPGroup, name: str, dtype: torch.dty
     reference: list = [None]  # TP=1's teacher-forcing tokens and logits, shared by broadcast
     for tp in sorted({1, world.size}):
         group = sub_group(world, tp)
-        _log(world, f"{name} tp={tp}: " + ("starting" if group else "waiting for rank 0"))
+        log(world, f"{name} tp={tp}: " + ("starting" if group else "waiting for rank 0"))
         if group is not None:
             rows += _bench_tp(cfg, group, config, full, width, bw, reference)
         world.barrier()
@@ -233,8 +166,8 @@ def _bench_tp(cfg, group: TPGroup, config, full, width: int, bw: float, referenc
         graphs = DecodeGraphs(model, cfg.graph_batches, width)
         if twin is not None:
             twin_graphs = DecodeGraphs(twin, cfg.graph_batches, width)
-    _log(group, "model and graphs ready; validating")
-    checks = _validate(cfg, group, model, graphs, reference)
+    log(group, "model and graphs ready; validating")
+    checks = validate_tp(group, model, graphs, reference, cfg.check_tokens)
     gen = torch.Generator().manual_seed(0)  # the same token ids on every rank
     model.cache.k.normal_()  # the attended K/V: finite, non-zero values (timing never on zeros)
     model.cache.v.normal_()
@@ -247,7 +180,7 @@ def _bench_tp(cfg, group: TPGroup, config, full, width: int, bw: float, referenc
             else:
                 step, no_comm = model.decode, twin.decode if twin else None
             msgs = _messages(model, graphs.bucket_for(batch) if mode == "graph" else batch)
-            _log(group, f"timing {mode} batch {batch}")
+            log(group, f"timing {mode} batch {batch}")
             times = _measure(cfg, group, mode, step, no_comm, inputs, msgs)
             for t in tables:
                 model.cache.pool.free(t)
@@ -269,35 +202,6 @@ def _measure(cfg, group: TPGroup, mode: str, step, no_comm, inputs, msgs: coll.S
     ops, refill = coll.step_collectives(group, msgs)
     t_alone = coll.time_ops(group, ops, refill, 1, mode, cfg.repeats * 2, cfg.warmup).wall_s
     return wall, host, dev, t_no_comm, t_alone
-
-
-def _validate(cfg, group: TPGroup, model, graphs, reference: list) -> TPChecks:
-    """Graph against eager, and this TP size against TP=1 (rank 0's first run): raises on a
-    disagreement before anything is timed. Every rank ends with the same verdicts."""
-    batch = prompts(model.full_config, 4)
-    n = cfg.check_tokens
-    eager = greedy(model, batch, n)
-    graph_equals_eager: bool | float = float("nan")
-    bound = TP_BF16_RTOL if model.dtype == torch.bfloat16 else TP_FP32_RTOL
-    if graphs is not None:
-        graph = greedy(model, batch, n, step=graphs.run)
-        problems = unexplained_divergences(eager, graph, bound)
-        if problems:
-            raise AssertionError(f"tp={group.size}: graph decode differs from eager: {problems}")
-        graph_equals_eager = graph[0] == eager[0]
-        if not graph_equals_eager:
-            _log(group, "graph and eager greedy runs part at a near tie")
-    if group.size == 1:
-        reference[0] = eager
-        return TPChecks(graph_equals_eager)
-    ref_obj = [reference[0]]
-    dist.broadcast_object_list(ref_obj, src=0, group=group.group)  # rank 0 ran TP=1
-    ref_tokens, ref_logits = ref_obj[0]
-    forced = greedy(model, batch, n, forced=ref_tokens)
-    err = rel_err(forced[1], ref_logits)
-    if err > bound:
-        raise AssertionError(f"tp={group.size} logits vs tp=1: {err:.3g} > {bound}")
-    return TPChecks(graph_equals_eager, err, eager[0] == ref_tokens)
 
 
 def _time(group: TPGroup, fn, cfg: TimingConfig) -> tuple[float, float, float]:

@@ -19,14 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
-from decodelab.model.check import HF_BF16_RTOL
+from decodelab.model.check import HF_BF16_RTOL, prompts, rel_err
 from decodelab.model.config import ModelConfig
 from decodelab.model.kv_cache import PagedKVCache
 from decodelab.model.llama import greedy_generate
 from decodelab.model.weights import Weights
 from decodelab.parallel.group import TPGroup, disable_multicast, init_world, shutdown
 from decodelab.parallel.model import TensorParallelLlama
+from decodelab.parallel.progress import log
+from decodelab.parallel.rows import TPChecks
 from decodelab.parallel.shard import local_config, shard_weights
 
 TP_BF16_RTOL = HF_BF16_RTOL
@@ -95,3 +98,33 @@ def run_on_ranks(fn: Callable[..., Any], world_size: int, *args: Any,
         mp.spawn(_spawned, args=(fn, world_size, backend, store, result, args),
                  nprocs=world_size, join=True)
         return torch.load(result, weights_only=False) if Path(result).exists() else None
+
+
+def validate_tp(group: TPGroup, model: TensorParallelLlama, graphs, reference: list,
+                check_tokens: int) -> TPChecks:
+    """Graph against eager, and this TP size against TP=1 (rank 0's first run): raises on a
+    disagreement before anything is timed. Every rank ends with the same verdicts."""
+    batch = prompts(model.full_config, 4)
+    n = check_tokens
+    eager = greedy(model, batch, n)
+    graph_equals_eager: bool | float = float("nan")
+    bound = TP_BF16_RTOL if model.dtype == torch.bfloat16 else TP_FP32_RTOL
+    if graphs is not None:
+        graph = greedy(model, batch, n, step=graphs.run)
+        problems = unexplained_divergences(eager, graph, bound)
+        if problems:
+            raise AssertionError(f"tp={group.size}: graph decode differs from eager: {problems}")
+        graph_equals_eager = graph[0] == eager[0]
+        if not graph_equals_eager:
+            log(group, "graph and eager greedy runs part at a near tie")
+    if group.size == 1:
+        reference[0] = eager
+        return TPChecks(graph_equals_eager)
+    ref_obj = [reference[0]]
+    dist.broadcast_object_list(ref_obj, src=0, group=group.group)  # rank 0 ran TP=1
+    ref_tokens, ref_logits = ref_obj[0]
+    forced = greedy(model, batch, n, forced=ref_tokens)
+    err = rel_err(forced[1], ref_logits)
+    if err > bound:
+        raise AssertionError(f"tp={group.size} logits vs tp=1: {err:.3g} > {bound}")
+    return TPChecks(graph_equals_eager, err, eager[0] == ref_tokens)
