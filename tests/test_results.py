@@ -83,3 +83,111 @@ def test_missing_table_and_empty_rows(tmp_path):
     with pytest.raises(ValueError, match="at least one row"):
         results.write_table("empty", [], out_dir=tmp_path)
     assert not results.has_table("nope", reference=tmp_path, local=tmp_path)
+
+
+# ------------------------------------------------------------------ damaged files
+def _three_rows(tmp_path):
+    rows = [Row("eager", 64, 10.5), Row("graph", 64, 2.25), Row("multi", 128, 1.125)]
+    return results.write_table("demo", rows, out_dir=tmp_path / "local")
+
+
+def _load(tmp_path):
+    return results.load_table("demo", reference=tmp_path / "none", local=tmp_path / "local")
+
+
+def test_sidecar_records_rows_and_hash_and_no_pending_file_is_left(tmp_path):
+    path = _three_rows(tmp_path)
+    meta = results.read_meta(path)
+    assert meta["rows"] == 3 and meta["sha256"] == results.sha256(path.read_bytes())
+    assert sorted(p.name for p in path.parent.iterdir()) == ["demo.csv", "demo.meta.json"]
+    assert list(_load(tmp_path)["wall_us"]) == [10.5, 2.25, 1.125]
+
+
+@pytest.mark.parametrize(("damage", "match"), [
+    (lambda text: text.split("\n", 2)[0] + "\n" + text.split("\n", 2)[1] + "\n",
+     "does not match its sidecar"),  # cut after its first row
+    (lambda text: text[:text.rindex("1.125") + 3], "does not match its sidecar"),  # mid-number
+    (lambda text: text.replace("graph,64,2.25", "graph,64,2.25,9"), "does not match"),
+    (lambda text: "", "does not match its sidecar"),
+])
+def test_a_damaged_csv_is_refused_naming_the_file(tmp_path, damage, match):
+    path = _three_rows(tmp_path)
+    path.write_text(damage(path.read_text()))
+    with pytest.raises(results.DamagedResultError, match=rf"local/demo.csv: .*{match}"):
+        _load(tmp_path)
+
+
+def test_without_a_recorded_hash_row_count_and_shape_still_checked(tmp_path):
+    """Sidecars written before hashes were recorded: the row count, a longer row and an
+    empty file are still caught, naming the file."""
+    path = _three_rows(tmp_path)
+    meta_path = path.with_name("demo.meta.json")
+    meta = json.loads(meta_path.read_text())
+    del meta["sha256"]
+    meta_path.write_text(json.dumps(meta))
+    text = path.read_text()
+    for damaged, match in ((text.split("\n", 2)[0] + "\n" + text.split("\n", 2)[1] + "\n",
+                            "1 rows, its sidecar records 3"),
+                           (text.replace("graph,64,2.25", "graph,64,2.25,9"), "cannot be parsed"),
+                           ("", "cannot be parsed")):
+        path.write_text(damaged)
+        with pytest.raises(results.DamagedResultError, match=rf"local/demo.csv: {match}"):
+            _load(tmp_path)
+
+
+@pytest.mark.parametrize(("sidecar", "match"), [
+    ('{"table": "demo", "columns": ["dev', "not valid JSON"),  # half-written
+    ("", "not valid JSON"),
+    ("[1, 2]", "holds a list, must be a JSON object"),
+    ('{"table": "demo"}', "'columns' is None, must be a list"),
+])
+def test_a_damaged_sidecar_is_refused_naming_the_file(tmp_path, sidecar, match):
+    path = _three_rows(tmp_path)
+    path.with_name("demo.meta.json").write_text(sidecar)
+    with pytest.raises(results.DamagedResultError, match=rf"local/demo.meta.json: {match}"):
+        _load(tmp_path)
+
+
+def _crash_on(monkeypatch, nth: int):
+    """Make the nth file replacement of write_table fail (a crash at that point)."""
+    real = results.os.replace
+    calls = []
+
+    def replace(src, dst):
+        calls.append(dst)
+        if len(calls) == nth:
+            raise OSError("power cut")
+        return real(src, dst)
+
+    monkeypatch.setattr(results.os, "replace", replace)
+
+
+@pytest.mark.parametrize("nth", [1, 2, 3])
+def test_an_interrupted_first_write_leaves_no_table_or_the_whole_new_one(tmp_path, monkeypatch, nth):
+    _crash_on(monkeypatch, nth)
+    with pytest.raises(OSError, match="power cut"):
+        _three_rows(tmp_path)
+    monkeypatch.undo()
+    local = tmp_path / "local"
+    if nth <= 2:  # before the sidecar's commit: no table (no orphan sidecar)
+        assert not results.has_table("demo", reference=tmp_path / "none", local=local)
+    else:  # committed: the new table loads
+        assert list(_load(tmp_path)["mode"]) == ["eager", "graph", "multi"]
+
+
+@pytest.mark.parametrize("nth", [1, 2, 3])
+def test_an_interrupted_overwrite_adding_a_column_leaves_old_or_new_never_a_mix(
+        tmp_path, monkeypatch, nth):
+    _three_rows(tmp_path)
+    _crash_on(monkeypatch, nth)
+    with pytest.raises(OSError, match="power cut"):
+        results.write_table("demo", [{"mode": "x", "hidden": 1, "wall_us": 1.0, "extra": 2}],
+                            out_dir=tmp_path / "local")
+    monkeypatch.undo()
+    table = _load(tmp_path)
+    if nth <= 2:  # the sidecar did not commit: the old pair (a stale demo.csv.new is ignored)
+        assert list(table["mode"]) == ["eager", "graph", "multi"] and "extra" not in table
+    else:  # committed, the CSV's rename interrupted: loading takes the new CSV and renames it
+        assert list(table["mode"]) == ["x"] and list(table["extra"]) == [2]
+        assert not (tmp_path / "local" / "demo.csv.new").exists()
+    assert not [p for p in (tmp_path / "local").iterdir() if p.name.endswith(".tmp")]

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from decodelab.core.validate import check_int
+from decodelab.core.validate import ConfigError, check_choice, check_int
+
+SAMPLERS = ("auto", "fused", "torch")
 
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """Sizes and the runtime techniques, each switchable on its own.
 
+    - ``max_model_len``: the longest context (prompt + output) of one sequence; None = what the
+      KV pool and the model's positions allow. A larger value is refused when the engine
+      starts (:meth:`context_limit`), never silently shrunk.
     - ``use_graphs``: decode through the CUDA graph of the batch's bucket (needs ``graphs``).
     - ``async_output``: process a step's tokens one step later, after the next step has been
       launched (deferred synchronisation); off = wait for each step's tokens at once.
@@ -18,10 +23,12 @@ class EngineConfig:
       fresh device tensors from host lists every step (allocation in the loop).
     - ``sync_phases``: synchronise after every phase so the per-step breakdown includes device
       time (a diagnostic; it defeats the overlap).
+    - ``sampler``: 'fused' (the Triton kernels, CUDA only), 'torch' (the plain-torch
+      reference), 'auto' (fused where it can run).
     """
 
     max_num_seqs: int = 32
-    max_model_len: int = 2048
+    max_model_len: int | None = None
     max_prefill_tokens: int = 4096
     eos_token_id: int | None = None
     seed: int = 0
@@ -31,14 +38,34 @@ class EngineConfig:
     static_inputs: bool = True
     sync_phases: bool = False
     keep_steps: int = 100_000
+    sampler: str = "auto"
 
     def __post_init__(self) -> None:
         own = "EngineConfig"
         check_int(own, "max_num_seqs", self.max_num_seqs, 1, 4096)
-        check_int(own, "max_model_len", self.max_model_len, 2)
+        if self.max_model_len is not None:
+            check_int(own, "max_model_len", self.max_model_len, 2)
         check_int(own, "max_prefill_tokens", self.max_prefill_tokens, 1)
         if self.eos_token_id is not None:
             check_int(own, "eos_token_id", self.eos_token_id, 0)
         check_int(own, "seed", self.seed, 0, 2**40)
         check_int(own, "max_partial_k", self.max_partial_k, 0)
         check_int(own, "keep_steps", self.keep_steps, 1)
+        check_choice(own, "sampler", self.sampler, SAMPLERS)
+
+    def context_limit(self, vocab_size: int, pool_tokens: int, max_positions: int) -> int:
+        """The longest context the engine serves, checked against the model and its KV pool
+        (``pool_tokens``: what the pool can hold); raises ConfigError naming both numbers."""
+        own = "EngineConfig"
+        if self.eos_token_id is not None and self.eos_token_id >= vocab_size:
+            raise ConfigError(f"{own}.eos_token_id={self.eos_token_id}: must be a token id in "
+                              f"[0, {vocab_size - 1}] (the model's vocabulary has {vocab_size})")
+        limit = min(pool_tokens, max_positions)
+        if self.max_model_len is None:
+            return limit
+        for what, n in (("the KV pool holds", pool_tokens), ("the model has positions for",
+                                                             max_positions)):
+            if self.max_model_len > n:
+                raise ConfigError(f"{own}.max_model_len={self.max_model_len}: {what} only {n} "
+                                  f"tokens; must be in [2, {limit}] (or None for {limit})")
+        return self.max_model_len

@@ -12,6 +12,8 @@ launched on the device but not yet seen by the host, blocks, slot, status and ti
 from __future__ import annotations
 
 import enum
+import numbers
+import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +22,12 @@ from typing import Any
 from decodelab.core.validate import ConfigError, check_float, check_int
 
 MAX_SEED = 2**63 - 1
+# A temperature below this is greedy (vLLM's rule). Host and device compare the float32 value
+# with the float32 of this bound, so both sides agree on every temperature.
+GREEDY_BELOW = 1e-5
+_GREEDY_BELOW32 = struct.unpack("f", struct.pack("f", GREEDY_BELOW))[0]  # float32, widened
+# Dividing a logit by the repetition penalty must stay finite in float32.
+MIN_REPETITION_PENALTY = 0.01
 
 
 class InvalidRequestError(ConfigError):
@@ -39,8 +47,8 @@ def _wrap(fn: Callable[[], None]) -> None:
 class SamplingParams:
     """How one request turns logits into tokens, and when it stops.
 
-    ``temperature == 0`` is greedy (exact argmax). ``top_k == 0`` and ``top_p == 1`` and
-    ``min_p == 0`` switch those filters off. Penalties follow the usual conventions:
+    ``temperature`` below ``GREEDY_BELOW`` (1e-5, 0 included) is greedy (exact argmax).
+    ``top_k == 0`` and ``top_p == 1`` and ``min_p == 0`` switch those filters off. Penalties follow the usual conventions:
     ``repetition_penalty`` (divides positive / multiplies negative logits of every token seen
     in the prompt or the output), ``presence_penalty`` and ``frequency_penalty`` (subtracted
     once / once per occurrence for tokens of the output). ``seed=None`` lets the engine derive
@@ -69,7 +77,8 @@ class SamplingParams:
         check_int(own, "top_k", self.top_k, 0)
         check_float(own, "top_p", self.top_p, 0.0, 1.0, low_open=True)
         check_float(own, "min_p", self.min_p, 0.0, 1.0)
-        check_float(own, "repetition_penalty", self.repetition_penalty, 0.0, 100.0, low_open=True)
+        check_float(own, "repetition_penalty", self.repetition_penalty, MIN_REPETITION_PENALTY,
+                    100.0)
         check_float(own, "presence_penalty", self.presence_penalty, -2.0, 2.0)
         check_float(own, "frequency_penalty", self.frequency_penalty, -2.0, 2.0)
         if self.seed is not None:
@@ -86,12 +95,21 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return _float32(self.temperature) < _GREEDY_BELOW32
 
     @property
     def uses_penalties(self) -> bool:
         return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
                 or self.frequency_penalty != 0.0)
+
+
+def _float32(x: float) -> float:
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def _token_id(tok: Any) -> bool:
+    """A Python or NumPy integer (not a bool): ids sliced from arrays are welcome."""
+    return isinstance(tok, numbers.Integral) and not isinstance(tok, bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +135,9 @@ class Limits:
 
 def validate_request(req: Request, limits: Limits) -> None:
     """Raise InvalidRequestError naming the first bad field; return None if admissible."""
+    if not isinstance(req.request_id, str) or not req.request_id:
+        raise InvalidRequestError(f"Request.request_id={req.request_id!r} "
+                                  f"({type(req.request_id).__name__}): must be a non-empty str")
     own = f"Request[{req.request_id!r}]"
     if not isinstance(req.params, SamplingParams):
         raise InvalidRequestError(f"{own}.params={req.params!r}: must be a SamplingParams")
@@ -126,7 +147,10 @@ def validate_request(req: Request, limits: Limits) -> None:
 
     def check_ids(name: str, ids: Any) -> None:
         for i, tok in enumerate(ids):
-            if isinstance(tok, bool) or not isinstance(tok, int) or not 0 <= tok < v:
+            if not _token_id(tok):
+                raise InvalidRequestError(f"{own}.{name}[{i}]={tok!r} ({type(tok).__name__}): "
+                                          f"must be an integer token id in [0, {v - 1}]")
+            if not 0 <= tok < v:
                 raise InvalidRequestError(f"{own}.{name}[{i}]={tok!r}: must be a token id "
                                           f"in [0, {v - 1}]")
 

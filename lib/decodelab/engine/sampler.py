@@ -1,26 +1,31 @@
 """One batched sampler, per-row parameters held in device tensors, no host synchronisation.
 
-Per row (one request): penalties, then greedy (exact argmax) or temperature -> top-k -> top-p
--> min-p -> inverse-CDF draw. The filters are all *prefix* masks of the candidates sorted by
-logit, so one cumulative sum of ``exp(logit - max)`` serves them all and the draw:
+Per row (one request): penalties, then greedy (exact argmax, first index on ties) or
+temperature -> top-k -> top-p -> min-p -> draw, in transformers' order. Every filter keeps the
+tokens whose (penalised) logit reaches a threshold, so a tie group is kept or dropped whole
+and the kept set does not depend on how ties happen to be ordered:
 
-    e_j   = exp((z_j - z_0) / T)              candidates sorted, z_0 the row maximum
-    c_j   = e_0 + ... + e_j                   (one cumsum; prefix values do not depend on how
-                                               many candidates follow, i.e. on the batch mix)
-    keep  = j < top_k  and  c_{j-1} < top_p * c_{k-1}  and  e_j >= min_p   (a prefix)
-    token = candidate[#{j < n_keep : c_j < u * c_{n_keep-1}}]
+    e_j   = exp((z_j - z_max) / T)             1 for the row maximum
+    tau_k = the k-th largest z, counted with multiplicity   (every token tied with it kept)
+    tau_p = the smallest z whose tokens have, strictly above them in the top-k set, a mass
+            < top_p * (mass of the top-k set)               (a whole tie group or none)
+    keep  = z_j >= max(tau_k, tau_p)  and  e_j >= min_p     (min-p last: transformers' order)
+    token = the first id j with  e_0 + ... + e_j (kept tokens, in token-id order)
+            >= u * (their sum)
+
+A token is kept iff transformers keeps it under some order of the tied tokens (its top-k keeps
+every token tied with the k-th; its top-p keeps the first of a tie group in its sort order iff
+the mass above the group is below top_p, so this keeps the whole group). The draw runs in
+token-id order, so neither the sort nor the selection of candidates can change which token a
+uniform picks: with the same logits a row samples the same token alone or in any batch.
 
 The uniform ``u`` of a row is a counter-based hash of (request seed, index of the token in the
 request's output), computed on the host with the row's other inputs (:func:`row_uniforms`):
-a request's random stream is the same whatever else shares its batch, and drawing it needs no
-generator state on the device and no synchronisation.
+a request's random stream is the same whatever else shares its batch. A temperature below
+``GREEDY_BELOW`` (compared in float32, the same test on host and device) is greedy.
 
-Candidates come from partial selection (``torch.topk`` with the batch's largest top-k rounded
-up to a power of two) when every sampling row has a top-k, else from a full sort; for a large
-vocabulary the selection is two-stage over chunks of it (:func:`candidates`). Without greedy
-rows in the batch the row maximum is the first candidate, so no separate pass over the
-vocabulary finds it. All are timed by ``bench_engine``.
-
+This module is the plain-torch reference (CPU and any device); ``fused_sampler`` computes the
+same rule in Triton kernels without sorting the vocabulary, selected by ``SamplerMode.fused``.
 :func:`sample_step` is the whole step the engine runs (sampling, the last-token scatter, the
 penalty counts, one packed output row); it allocates nothing the caller must keep, so the
 engine captures it in a CUDA graph per batch bucket and mode (``step_graphs``).
@@ -28,38 +33,17 @@ engine captures it in a CUDA graph per batch bucket and mode (``step_graphs``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
-_M32 = np.uint64(0xFFFFFFFF)
+from decodelab.core.validate import ConfigError
+from decodelab.engine.randomness import key_uniforms, row_uniforms, seed_keys
+from decodelab.engine.requests import GREEDY_BELOW
 
-
-def _mix32(x: np.ndarray) -> np.ndarray:
-    """A 32-bit integer avalanche hash (uint64 lanes holding 32-bit values)."""
-    x = ((x >> np.uint64(16)) ^ x) * np.uint64(0x45D9F3B) & _M32
-    x = ((x >> np.uint64(16)) ^ x) * np.uint64(0x45D9F3B) & _M32
-    return (x >> np.uint64(16)) ^ x
-
-
-def seed_keys(seeds: np.ndarray) -> np.ndarray:
-    """The per-request half of the hash (computed once, at admission): uint64 lanes."""
-    s = seeds.astype(np.uint64)
-    return _mix32((s & _M32) ^ _mix32((s >> np.uint64(32)) ^ np.uint64(0x9E3779B9)))
-
-
-def key_uniforms(keys: np.ndarray, counters: np.ndarray) -> np.ndarray:
-    """Uniforms in (0, 1), float32, one per row, from a seed key and a token counter."""
-    c = counters.astype(np.uint64)
-    h = _mix32(keys ^ _mix32((c & _M32) ^ np.uint64(0x85EBCA6B)))
-    h = _mix32(h ^ (c >> np.uint64(32)))
-    return (((h >> np.uint64(8)).astype(np.float64) + 0.5) / 2.0**24).astype(np.float32)
-
-
-def row_uniforms(seeds: np.ndarray, counters: np.ndarray) -> np.ndarray:
-    """Uniforms in (0, 1), float32, one per row, a pure function of (seed, counter)."""
-    return key_uniforms(seed_keys(seeds), counters)
+__all__ = ["key_uniforms", "row_uniforms", "seed_keys"]  # the engine's inputs read them here
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +52,11 @@ class SamplerMode:
 
     all_greedy: bool
     penalties: bool
-    k_cand: int  # candidates by partial selection; 0 = full sort
-    # some rows are greedy: their exact argmax needs its own full-vocabulary pass (without
-    # greedy rows the first candidate gives the row maximum, one pass fewer)
-    any_greedy: bool = True
-    # > 0: candidates by two-stage selection over chunks of this many tokens (large vocabularies)
+    k_cand: int  # the reference's top values by partial selection; 0 = full sort
+    any_greedy: bool = True  # some rows are greedy (their argmax replaces the draw)
+    # > 0: partial selection two-stage over chunks of this many tokens (large vocabularies)
     chunk: int = 0
+    fused: bool = False  # the Triton kernels of ``fused_sampler`` (CUDA only)
 
 
 def choose_mode(greedy: list[bool], top_k: list[int], penalties: list[bool], vocab: int,
@@ -88,12 +71,35 @@ def mode_of(all_greedy: bool, penalties: bool, min_k: int, max_k: int, vocab: in
     """The mode from the sampling rows' smallest and largest top-k (0 = a row without one)."""
     k_cand = 0
     if not all_greedy and min_k > 0:
-        # a few shapes, not one per top-k value; strictly more candidates than any row keeps,
-        # so a tie at a row's k-th candidate is resolved inside the candidate set
+        # a few shapes, not one per top-k value; more values than any row's top-k, so a
+        # row's top-p boundary lies inside them
         k = 1 << max_k.bit_length()
         k_cand = min(k, vocab) if k <= max_partial else 0
     return SamplerMode(all_greedy, penalties, k_cand, any_greedy or all_greedy,
                        chunk_for(vocab, k_cand))
+
+
+@functools.lru_cache(maxsize=256)
+def fused(mode: SamplerMode) -> SamplerMode:
+    """The same batch on the fused kernels (which need no candidate selection); cached, as
+    the engine asks once per step."""
+    return replace(mode, k_cand=0, chunk=0, fused=True)
+
+
+def use_fused(choice: str, device: torch.device) -> bool:
+    """``EngineConfig.sampler``: 'fused' (refused without CUDA and Triton), 'torch', or 'auto'
+    (fused where it can run)."""
+    if choice == "torch":
+        return False
+    try:
+        import triton  # noqa: F401 - only whether it imports
+        ok = device.type == "cuda"
+    except ImportError:
+        ok = False
+    if choice == "fused" and not ok:
+        raise ConfigError(f"EngineConfig.sampler='fused': needs a CUDA device and Triton "
+                          f"(device is {device.type}); use 'auto' or 'torch'")
+    return ok
 
 
 CHUNK = 64
@@ -109,9 +115,9 @@ def chunk_for(vocab: int, k_cand: int) -> int:
 
 
 def inv_temperature(temperature: np.ndarray) -> np.ndarray:
-    """float32 1 / T, 1 where T == 0 (greedy): IEEE float32 division, as on the device."""
+    """float32 1 / T, 1 for greedy rows: IEEE float32 division, as on the device."""
     t = np.asarray(temperature, dtype=np.float32)
-    return np.float32(1.0) / np.where(t > 0, t, np.float32(1.0))
+    return np.float32(1.0) / np.where(t >= np.float32(GREEDY_BELOW), t, np.float32(1.0))
 
 
 NO_TOP_K = 1 << 31  # the device-side top-k of a row without one: more than any vocabulary
@@ -125,8 +131,8 @@ def device_top_k(top_k: int) -> int:
 class RowParams:
     """Per-row sampling inputs on the device, (B,) each (views of the engine's static buffers)."""
 
-    temperature: torch.Tensor  # float32; 0 = greedy
-    top_k: torch.Tensor  # int64; rows without a top-k hold NO_TOP_K (clamped to the candidates)
+    temperature: torch.Tensor  # float32; below GREEDY_BELOW = greedy
+    top_k: torch.Tensor  # int64; rows without a top-k hold NO_TOP_K
     top_p: torch.Tensor  # float32
     min_p: torch.Tensor  # float32
     repetition: torch.Tensor  # float32
@@ -137,6 +143,14 @@ class RowParams:
     # float32 1 / temperature (1 for greedy rows), from ``inv_temperature`` on the host:
     # three device ops fewer per step; None: computed on the device
     inv_temperature: torch.Tensor | None = None
+
+    def inv_t(self) -> torch.Tensor:
+        if self.inv_temperature is not None:
+            return self.inv_temperature
+        return torch.where(self.sampling(), self.temperature, 1.0).reciprocal_()
+
+    def sampling(self) -> torch.Tensor:
+        return self.temperature >= GREEDY_BELOW  # float32 compare, as in the kernels
 
 
 @dataclass(slots=True)
@@ -175,25 +189,32 @@ def apply_penalties(z: torch.Tensor, p: RowParams, state: PenaltyState) -> torch
     return z - p.frequency[:, None] * counts - p.presence[:, None] * (counts > 0).to(z.dtype)
 
 
+def penalised(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
+              penalties: PenaltyState | None) -> torch.Tensor:
+    """The float32 logits the filters see, (B, V)."""
+    z = logits.float()
+    return apply_penalties(z, p, penalties) if mode.penalties and penalties is not None else z
+
+
 def sample(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
            penalties: PenaltyState | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """logits (B, V) -> (tokens (B,) int64, bad (B,) bool: the row's maximum is not finite,
     i.e. it holds a NaN or +inf, or nothing but -inf)."""
-    z = logits
-    if mode.penalties and penalties is not None:
-        z = apply_penalties(z.float(), p, penalties)
-    if mode.all_greedy or mode.any_greedy:
-        top, greedy_tok = z.max(dim=-1)  # NaN propagates into the maximum; first index on ties
-        bad = ~torch.isfinite(top)
-        if mode.all_greedy:
-            return greedy_tok.masked_fill_(bad, 0), bad
-    vals, idx = candidates(z, mode.k_cand, mode.chunk)
-    if not mode.any_greedy:
-        # the first candidate is the row maximum (NaN sorts first in ``topk`` and ``sort``)
-        bad = ~torch.isfinite(vals[:, 0])
-    tokens = _draw(vals.float(), idx, p)
+    if mode.fused:
+        from decodelab.engine import fused_sampler
+
+        out, _ = fused_sampler.sample(logits, p, mode, penalties)
+        bad = out < 0
+        return out.clamp(min=0), bad
+    z = penalised(logits, p, mode, penalties)
+    top, greedy_tok = z.max(dim=-1)  # NaN propagates into the maximum; first index on ties
+    bad = ~torch.isfinite(top)
+    if mode.all_greedy:
+        return greedy_tok.masked_fill_(bad, 0), bad
+    e = torch.exp((z - top[:, None]) * p.inv_t()[:, None])  # (B, V)
+    tokens = draw(z, e, keep_threshold(z, top, e, p, mode), p)
     if mode.any_greedy:
-        tokens = torch.where(p.temperature > 0, tokens, greedy_tok)
+        tokens = torch.where(p.sampling(), tokens, greedy_tok)
     return tokens.masked_fill_(bad, 0), bad
 
 
@@ -204,6 +225,11 @@ def sample_step(logits: torch.Tensor, p: RowParams, mode: SamplerMode, penalties
     ``last_token[slot]`` (the next step's input), count it for the penalties, and write
     ``out`` (B,) int64: the token, or -1 for a row whose logits were not finite (one array
     for the host to copy)."""
+    if mode.fused:
+        from decodelab.engine import fused_sampler
+
+        fused_sampler.sample_step(logits, p, mode, penalties, last_token, out)
+        return
     tokens, bad = sample(logits, p, mode, penalties)
     last_token.index_copy_(0, p.slot, tokens)
     if mode.penalties:
@@ -211,56 +237,54 @@ def sample_step(logits: torch.Tensor, p: RowParams, mode: SamplerMode, penalties
     out.copy_(tokens).masked_fill_(bad, -1)
 
 
-def candidates(z: torch.Tensor, k_cand: int, chunk: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(values, token ids) (B, K) by value descending, ties by token id ascending.
+def top_values(z: torch.Tensor, k_cand: int, chunk: int = 0) -> torch.Tensor:
+    """The K largest values of each row, descending, (B, K); K = V without ``k_cand``.
 
-    The tie order is fixed so that partial selection and the full sort yield the same
-    candidates in the same order (bf16-rounded logits tie often): the selected ids are sorted,
-    then stably by value (``topk``'s own order is unspecified, so it is not asked for).
-
-    With ``chunk``, selection is two-stage: the maximum of each chunk of ``chunk`` tokens
-    (one pass over the vocabulary, many outputs: the whole device works), the K chunks with
-    the largest maxima, then the top K of those chunks' K * chunk tokens. Exact: a token of
-    the top K whose chunk is not among the K best chunks would have K larger chunk maxima,
-    i.e. K larger tokens, above it. Both selections are small per-row problems, where one
-    block per row is fast, instead of a multi-pass selection over the whole vocabulary."""
+    Values only: they do not depend on how ``topk`` orders or picks among tied tokens. With
+    ``chunk``, selection is two-stage: the maximum of each chunk of ``chunk`` tokens, the K
+    chunks with the largest maxima, then the top K of those chunks' K * chunk tokens. Exact:
+    a value of the top K outside the K best chunks would have K larger chunk maxima above it."""
     if not k_cand:
-        return torch.sort(z, dim=-1, descending=True, stable=True)
+        return torch.sort(z, dim=-1, descending=True).values
     b, v = z.shape
     k = min(k_cand, v)
     if chunk:
         best = z.view(b, v // chunk, chunk).amax(dim=-1)  # (B, V / chunk); NaN propagates
         top = torch.topk(best, k, dim=-1, sorted=False).indices  # (B, K) chunk numbers
         pos = (top[:, :, None] * chunk + torch.arange(chunk, device=z.device)).view(b, k * chunk)
-        idx = pos.gather(1, torch.topk(z.gather(1, pos), k, dim=-1, sorted=False).indices)
-    else:
-        idx = torch.topk(z, k, dim=-1, sorted=False).indices
-    idx = idx.sort(dim=-1).values
-    vals, perm = z.gather(1, idx).sort(dim=-1, descending=True, stable=True)
-    return vals, idx.gather(1, perm)
+        z = z.gather(1, pos)
+    return torch.topk(z, k, dim=-1).values
 
 
-def _draw(vals: torch.Tensor, idx: torch.Tensor, p: RowParams) -> torch.Tensor:
-    """vals/idx (B, K) sorted descending -> one token per row (see the module docstring).
+def keep_threshold(z: torch.Tensor, top: torch.Tensor, e: torch.Tensor, p: RowParams,
+                   mode: SamplerMode) -> torch.Tensor:
+    """max(tau_k, tau_p) per row (B,), float32 (-inf: no top-k and no top-p).
 
-    Every filter keeps a prefix, so each is a count and the kept prefix is their minimum:
-    positions past top-k have c_{j-1} >= c_{k-1}, so the top-p count never reaches them,
-    and e_0 == 1 keeps at least the first candidate in both counts. Few, fused-friendly ops:
-    this runs on the critical path of every step."""
-    n_cand = vals.shape[1]
-    inv_t = p.inv_temperature
-    if inv_t is None:
-        inv_t = torch.where(p.temperature > 0, p.temperature, 1.0).reciprocal_()
-    inv_t = inv_t[:, None]
-    e = torch.exp((vals - vals[:, :1]) * inv_t)  # (B, K), e[:, 0] == 1
-    c = e.cumsum(dim=-1)
-    total_k = c.gather(1, p.top_k.clamp(max=n_cand)[:, None] - 1)  # (B, 1) mass of the top-k
-    # Counts past the first candidate (always kept: c_{-1} = 0 < top_p * total_k and
-    # e_0 = 1 >= min_p), so the last kept index is their minimum, in [0, K-1] for any row
-    # (a NaN row included): top-p keeps j >= 1 while c_{j-1} < top_p * total_k, min-p while
-    # e_j >= min_p.
-    n_p = (c[:, :-1] < p.top_p[:, None] * total_k).sum(dim=-1, keepdim=True)
-    n_m = (e[:, 1:] >= p.min_p[:, None]).sum(dim=-1, keepdim=True)
-    last = torch.minimum(n_p, n_m)  # (B, 1)
-    choice = (c < p.uniform[:, None] * c.gather(1, last)).sum(dim=-1, keepdim=True)
-    return idx.gather(1, torch.minimum(choice, last)).squeeze(1)
+    The top-p mass runs over the sorted top values; a tie group at the k-th value that
+    reaches past them is in the total (summed over the vocabulary) and, being at tau_k, is
+    kept by top-p whenever its first member is, which lies among the values."""
+    vals = top_values(z, mode.k_cand, mode.chunk)  # (B, K) descending
+    n = vals.shape[1]
+    ninf = torch.full_like(top, float("-inf"))
+    has_k = p.top_k < z.shape[1]
+    tk = torch.where(has_k, vals.gather(1, p.top_k.clamp(max=n)[:, None] - 1).squeeze(1), ninf)
+    in_k = z >= tk[:, None]
+    total = torch.where(has_k, (e * in_k).sum(dim=-1), e.sum(dim=-1))  # (B,)
+    ve = torch.exp((vals - top[:, None]) * p.inv_t()[:, None]) * (vals >= tk[:, None])
+    c = ve.cumsum(dim=-1)  # (B, K) mass of the values down to j
+    # the last index kept by the prefix rule: position j >= 1 while c_{j-1} < top_p * total
+    last = (c[:, :-1] < (p.top_p * total)[:, None]).sum(dim=-1, keepdim=True)
+    tp = torch.where(p.top_p < 1, vals.gather(1, last).squeeze(1), ninf)
+    return torch.maximum(tk, tp)
+
+
+def keep_mask(z: torch.Tensor, e: torch.Tensor, tau: torch.Tensor, p: RowParams) -> torch.Tensor:
+    """The kept tokens (B, V) bool of a row threshold: the top-k and top-p rule, then min-p."""
+    return (z >= tau[:, None]) & (e >= p.min_p[:, None])
+
+
+def draw(z: torch.Tensor, e: torch.Tensor, tau: torch.Tensor, p: RowParams) -> torch.Tensor:
+    """The first token id whose cumulative kept mass (token-id order) reaches u * total."""
+    cum = (e * keep_mask(z, e, tau, p)).cumsum(dim=-1)  # (B, V)
+    pick = (cum < p.uniform[:, None] * cum[:, -1:]).sum(dim=-1)
+    return pick.clamp_(max=z.shape[1] - 1)
