@@ -49,6 +49,7 @@ from decodelab.core.validate import check_choice
 from decodelab.engine import check, runs, sampler_timing, workload
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.rows import BatchRow, RunStamp, RuntimeRow, StepRow, stamped
+from decodelab.engine.sampler import use_fused
 from decodelab.model.block_pool import blocks_needed
 from decodelab.model.config import named_config
 from decodelab.model.graphs import DEFAULT_BUCKETS, DecodeGraphs
@@ -146,7 +147,8 @@ def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Pa
     # kernels back to back (captured); the eager-issued time if capture was not possible.
     # With graphs the engine captures the faster of two-stage and direct selection (it times
     # both at its first step of each bucket), so its sampler is the faster of the two rows.
-    engine_selections = (("partial_topk", "partial_topk_direct") if graphs is not None
+    engine_selections = (("fused",) if use_fused(base.sampler, dev)
+                         else ("partial_topk", "partial_topk_direct") if graphs is not None
                          else ("partial_topk",))
     mixed_sampler_s = min(r.best_s for r in sampler_rows if r.variant in engine_selections)
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from decodelab.engine.runs import RunResult
 
 NAN = float("nan")
-TARGET_RATIO = 1.10  # engine step / bare forward step the engine aims to stay under
+TARGET_RATIO = 1.05  # engine step / bare forward step the engine aims to stay under
 TARGET_SAMPLER_SHARE = 0.03  # sampler device time / engine step the sampler aims to stay under
 
 

@@ -1,5 +1,7 @@
-"""The engine's sample step timed alone (table ``runtime_sampler``): each candidate selection on
-the same realistic logits, validated against the full sort first."""
+"""The engine's sample step timed alone (table ``runtime_sampler``): each candidate selection of
+the torch sampler and, on a GPU with Triton, the fused sampler (``fused``: the same rows;
+``fused_mixed``: every fourth row greedy, every third with penalties), on the same realistic
+logits, validated against the full sort first."""
 
 from __future__ import annotations
 
@@ -16,10 +18,13 @@ from decodelab.engine.rows import SamplerRow
 from decodelab.engine.runs import NAN, steady_requests
 from decodelab.engine.sampler import (
     PenaltyState,
+    RowParams,
     SamplerMode,
     choose_mode,
+    fused,
     sample,
     sample_step,
+    use_fused,
 )
 
 
@@ -50,16 +55,33 @@ def sampler_rows(logits: torch.Tensor, dev: torch.device) -> list[SamplerRow]:
              "full_sort": replace(mode, k_cand=0, chunk=0),
              "greedy": SamplerMode(True, False, 0), "partial_topk_penalties": replace(
                  mode, penalties=True)}
+    row_params = dict.fromkeys(modes, params)
+    if use_fused("auto", dev):
+        modes |= {"fused": fused(mode), "fused_penalties": fused(modes["partial_topk_penalties"]),
+                  "fused_greedy": fused(modes["greedy"]),
+                  "fused_mixed": fused(replace(mode, penalties=True, any_greedy=True))}
+        row_params |= {"fused_mixed": _mixed(params, pen)}
     full, _ = sample(logits, params, modes["full_sort"], pen)
     agree = min((sample(logits, params, modes[m], pen)[0] == full).float().mean().item()
-                for m in ("partial_topk", "partial_topk_direct"))
-    if agree < 0.9:  # exact by construction; a stray tie at the candidate edge may differ
-        raise AssertionError(f"partial selection agrees with the full sort on {agree:.0%}")
+                for m in ("partial_topk", "partial_topk_direct", "fused") if m in modes)
+    if agree < 0.9:  # the same rule; a uniform within rounding of a boundary may differ
+        raise AssertionError(f"partial selection or the fused sampler agrees with the full sort "
+                             f"on {agree:.0%}")
+    if "fused_mixed" in modes:  # mixed rows: the fused kernels against the reference
+        m = replace(modes["fused_mixed"], fused=False)
+        ref, _ = sample(logits, row_params["fused_mixed"], m, pen)
+        mixed_agree = (sample(logits, row_params["fused_mixed"], modes["fused_mixed"], pen)[0]
+                       == ref).float().mean().item()
+        print(f"[bench] runtime: fused sampler equals the reference on {agree:.0%} of top-k rows, "
+              f"{mixed_agree:.0%} of mixed rows", flush=True)
+        agree = min(agree, mixed_agree)
+        if mixed_agree < 0.9:
+            raise AssertionError(f"fused sampler agrees with the reference on {mixed_agree:.0%}")
     tcfg = TimingConfig(5, 20, 10)
     rows = []
     for name, m in modes.items():
-        def fn(m=m):
-            sample_step(logits, params, m, pen, last, out)
+        def fn(m=m, p=row_params[name]):
+            sample_step(logits, p, m, pen, last, out)
             return (out,)
         if dev.type == "cuda":
             t = time_cuda(fn, tcfg)
@@ -73,6 +95,18 @@ def sampler_rows(logits: torch.Tensor, dev: torch.device) -> list[SamplerRow]:
                                issued_us=issued_s * 1e6, host_us=host_s * 1e6,
                                partial_vs_sort_agree=agree))
     return rows
+
+
+def _mixed(p: RowParams, pen: PenaltyState) -> RowParams:
+    """The same rows with every fourth greedy and every third penalised (copies). The
+    penalised rows' slots count every token once already, so the step's own counting (each
+    timed call adds one) leaves their penalised logits, and so a replay's tokens, unchanged."""
+    q = RowParams(*(getattr(p, f).clone() for f in RowParams.__slots__))
+    q.temperature[::4] = 0.0
+    q.inv_temperature[::4] = 1.0
+    q.repetition[::3], q.presence[::3] = 1.2, 0.3
+    pen.counts[q.slot[::3]] = 1
+    return q
 
 
 def _graph_device_time(fn, tcfg: TimingConfig) -> float:
