@@ -55,3 +55,17 @@ def nccl_matches_tp1(world: TPGroup, model_name: str, new_tokens: int):
     del graphs
     torch.cuda.synchronize()
     return ref, eager, graph, forced
+
+
+def fits_on_ranks(world: TPGroup, frees: list[int]):
+    """Every rank's memory decision for the tiny model when rank r has ``frees[r]`` bytes free
+    (gathered on every rank): the tightest rank must decide for all."""
+    from decodelab.parallel import bench
+    from decodelab.parallel.config import TPBenchConfig
+
+    bench.free_bytes = lambda device: frees[world.rank]
+    fits = bench._fits(TPBenchConfig.for_profile("smoke"), world, named_config("tiny"),
+                       torch.float32, 3)
+    out: list = [None] * world.size
+    torch.distributed.all_gather_object(out, [(f.tp, f.runs, f.free) for f in fits])
+    return out

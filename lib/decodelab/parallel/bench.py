@@ -17,8 +17,11 @@ one and measures TP=1 only. Rank 0 writes the tables:
   on TP=1's greedy tokens) within ``TP_BF16_RTOL`` of TP=1's; free-running token equality is
   recorded (``tokens_equal_tp1``).
 ``tp_collectives``: all-reduce latency and bus bandwidth against message size, eager and graph.
-``tp_profile`` (GPUs only): per-operation host and device time of one TP=N step (first model,
-batch 1), eager and graph, on every rank (``torch.profiler``, run last).
+``tp_profile`` (GPUs only): per-operation host and device time of one TP=N step (first model
+measured at TP=N, batch 1), eager and graph, on every rank (``torch.profiler``, run last).
+``tp_skipped`` (only when something was skipped): each model x tp configuration whose estimated
+memory per rank exceeds what the tightest GPU has free (``parallel.memory``), with the numbers;
+a line is printed for each, and the tables' metadata lists them too.
 """
 
 from __future__ import annotations
@@ -43,9 +46,10 @@ from decodelab.parallel import collectives as coll
 from decodelab.parallel.check import build_model, validate_tp
 from decodelab.parallel.config import TPBenchConfig
 from decodelab.parallel.group import NO_MULTICAST_ENV, TPGroup, init_world, shutdown, sub_group
+from decodelab.parallel.memory import GIB, Fit, decide, free_bytes, rank_memory
 from decodelab.parallel.profile import gather_rows, profile_step
 from decodelab.parallel.progress import log
-from decodelab.parallel.rows import ProfileRow, R, TPChecks, TPRow, stamped
+from decodelab.parallel.rows import NAN, ProfileRow, R, SkipRow, TPChecks, TPRow, stamped
 from decodelab.parallel.shard import check_tp
 
 # Blocks beyond the timed batches' own: validation's greedy runs (4 prompts of
@@ -92,6 +96,7 @@ def _bench(cfg: TPBenchConfig, world: TPGroup, out_dir: Path) -> list[Path]:
                 nccl=".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
                 multicast_env={k: os.environ.get(k) for k in NO_MULTICAST_ENV})
     paths: list[Path] = []
+    skipped: list[SkipRow] = []
 
     def write(name: str, table: list[R]) -> list[R]:  # after each part: a stall loses no more
         table = stamped(table, round(time.perf_counter() - t0, 1), world.size)
@@ -101,24 +106,33 @@ def _bench(cfg: TPBenchConfig, world: TPGroup, out_dir: Path) -> list[Path]:
                 paths.append(path)
         return table
 
+    profiled = None  # the first model measured at TP=world
     for name in cfg.models:
-        rows = write("tp", rows + _bench_model(cfg, world, name, dtype, bw))
+        new = _bench_model(cfg, world, name, dtype, bw, skipped)
+        if profiled is None and any(r.tp == world.size for r in new):
+            profiled = name
+        meta["skipped"] = [f"{s.model} tp={s.tp}: {s.reason}" for s in skipped]
+        rows = write("tp", rows + new)
+        skipped = write("tp_skipped", skipped)
     if world.size > 1:
         modes = ("eager", "graph") if cuda else ("eager",)
         log(world, "all-reduce sweep")
         write("tp_collectives", coll.all_reduce_sweep(world, cfg.sweep_bytes, modes, dtype,
                                                       cfg.sweep_ops, cfg.sweep_samples))
-    if world.size > 1 and cuda:  # on gloo a collective blocks the host: nothing to split
+    if world.size > 1 and cuda and profiled is None:
+        _say(world, f"profile skipped: no model ran at tp={world.size}")
+    elif world.size > 1 and cuda:  # on gloo a collective blocks the host: nothing to split
         log(world, "profiling one step per mode")  # last: the profiler stays attached
-        write("tp_profile", _profile_rows(cfg, world, dtype))
+        write("tp_profile", _profile_rows(cfg, world, profiled, dtype))
     log(world, "done")
     return paths
 
 
-def _profile_rows(cfg: TPBenchConfig, world: TPGroup, dtype: torch.dtype) -> list[ProfileRow]:
-    """Per-op host and device time of one TP=world step of the first model, batch 1, eager and
+def _profile_rows(cfg: TPBenchConfig, world: TPGroup, name: str, dtype: torch.dtype
+                  ) -> list[ProfileRow]:
+    """Per-op host and device time of one TP=world step of model ``name``, batch 1, eager and
     graph, on every rank (gathered on rank 0)."""
-    config = named_config(cfg.models[0])
+    config = named_config(name)
     width = blocks_needed(cfg.context, cfg.block_size) + 1
     full = random_weights(config, seed=0, dtype=dtype, device=world.device)
     model = build_model(config, full, world, num_blocks=width + SPARE_BLOCKS,
@@ -138,20 +152,52 @@ def _profile_rows(cfg: TPBenchConfig, world: TPGroup, dtype: torch.dtype) -> lis
 
 
 def _bench_model(cfg: TPBenchConfig, world: TPGroup, name: str, dtype: torch.dtype,
-                 bw: float) -> list[TPRow]:
-    """TP=1 (rank 0 alone), then TP=world, for one model shape; rows on rank 0."""
+                 bw: float, skipped: list[SkipRow]) -> list[TPRow]:
+    """TP=1 (rank 0 alone), then TP=world, for one model shape; rows on rank 0. A TP size
+    whose estimated memory does not fit is skipped (appended to ``skipped``, with a line)."""
     config = named_config(name)
-    full = random_weights(config, seed=0, dtype=dtype, device=world.device)
     width = blocks_needed(cfg.context, cfg.block_size) + 1
+    fits = _fits(cfg, world, config, dtype, width)
+    for f in fits:
+        if not f.runs:
+            skipped.append(SkipRow(name, f.tp, f.need / GIB, NAN if f.free is None
+                                   else f.free / GIB, f.reason))
+            _say(world, f"{name} tp={f.tp} skipped: {f.reason}")
+    run_tps = [f.tp for f in fits if f.runs]  # the same on every rank: decided on the minimum
+    if not run_tps:
+        return []
+    full = random_weights(config, seed=0, dtype=dtype, device=world.device)
     rows: list[TPRow] = []
     reference: list = [None]  # TP=1's teacher-forcing tokens and logits, shared by broadcast
-    for tp in sorted({1, world.size}):
+    for tp in run_tps:
         group = sub_group(world, tp)
         log(world, f"{name} tp={tp}: " + ("starting" if group else "waiting for rank 0"))
         if group is not None:
             rows += _bench_tp(cfg, group, config, full, width, bw, reference)
         world.barrier()
     return rows
+
+
+def _fits(cfg: TPBenchConfig, world: TPGroup, config, dtype: torch.dtype, width: int
+          ) -> list[Fit]:
+    """Which of TP=1 and TP=world fit every rank's free device memory (all ranks call this)."""
+    cuda = world.device.type == "cuda"
+    num_blocks = max(cfg.graph_batches + cfg.eager_batches) * width + VALIDATION_BLOCKS
+    esize = torch.tensor([], dtype=dtype).element_size()
+    needs = {tp: rank_memory(config, tp, esize, num_blocks, cfg.block_size,
+                             cfg.graph_batches if cuda else ()).need
+             for tp in sorted({1, world.size})}
+    free = free_bytes(world.device)
+    if free is not None:  # the tightest rank decides for all, so every rank skips alike
+        free = int(-coll.group_max(world, -float(free)))
+    return decide(needs, free)
+
+
+def _say(world: TPGroup, msg: str) -> None:
+    """A line for the reader of the run (rank 0's stdout), besides the progress log."""
+    log(world, msg)
+    if world.rank == 0:
+        print(f"[bench] tp: {msg}", flush=True)
 
 
 def _bench_tp(cfg, group: TPGroup, config, full, width: int, bw: float, reference: list

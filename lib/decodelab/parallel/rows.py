@@ -110,6 +110,19 @@ class ProfileRow:
                    op.host_us_per_step, op.device_us_per_step)
 
 
+@dataclass(frozen=True, slots=True)
+class SkipRow:
+    """Table ``tp_skipped``: a model x tp configuration left out, and why (``parallel.memory``)."""
+
+    model: str
+    tp: int
+    need_gib: float  # estimated device memory one rank needs, headroom included
+    free_gib: float  # free on the tightest rank when it was decided
+    reason: str
+    bench_s: float = NAN
+    world_size: int = 0
+
+
 R = TypeVar("R")
 
 
