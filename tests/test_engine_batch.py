@@ -59,6 +59,25 @@ def test_step_buffer_and_prefill_pack_the_same_parameters():
     assert inp.slot_mapping.tolist() == [5 * 4 + 2, 3 * 4 + 1, 1 * 4 + 0, -1]
 
 
+def test_mode_counts_a_tiny_temperature_as_greedy_like_the_rows_and_the_device():
+    """Temperatures below GREEDY_BELOW are greedy (SamplingParams.greedy, RowParams.sampling):
+    the step's mode from the slot tables agrees with choose_mode of the rows."""
+    from decodelab.engine.sampler import choose_mode
+
+    batch = StaticBatch(4, 2, 4, 4, 9, torch.device("cpu"))
+    rows = [Sequence(Request(f"q{i}", (1, 2), SamplingParams(temperature=t, top_k=k)),
+                     arrival=i, seed=i, slot=i)
+            for i, (t, k) in enumerate([(5e-6, 0), (0.8, 16), (0.0, 0), (1e-5, 4)])]
+    for s in rows:
+        batch.assign(s)
+    assert [s.params.greedy for s in rows] == [True, False, True, False]
+    for subset in (rows, rows[:1], rows[::2], rows[1:2], rows[1:]):
+        slots = np.array([s.slot for s in subset])
+        want = choose_mode([s.params.greedy for s in subset], [s.params.top_k for s in subset],
+                           [s.params.uses_penalties for s in subset], 512)
+        assert batch.mode(slots, 512, 1024) == want
+
+
 def test_padding_rows_hold_the_padding_row():
     batch = StaticBatch(4, 2, 3, 4, 9, torch.device("cpu"))
     inp, _ = batch.prepare([], 4)

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from decodelab.engine.requests import SamplingParams, Sequence
+from decodelab.engine.requests import GREEDY_BELOW, SamplingParams, Sequence
 from decodelab.engine.sampler import (
     NO_TOP_K,
     RowParams,
@@ -204,7 +204,8 @@ class StaticBatch:
         return mode
 
     def _mode(self, slots: np.ndarray, vocab: int, max_partial: int) -> SamplerMode:
-        sampling = self.slot_f[slots, Float.TEMPERATURE] != 0
+        # greedy below GREEDY_BELOW: the float32 test of SamplingParams.greedy and the device
+        sampling = self.slot_f[slots, Float.TEMPERATURE] >= np.float32(GREEDY_BELOW)
         ks = self.slot_topk[slots][sampling]
         return mode_of(ks.size == 0, bool(self.slot_pen[slots].any()),
                        int(ks.min()) if ks.size else 0, int(ks.max()) if ks.size else 0,
