@@ -160,11 +160,11 @@ def _solve_buffer(bufz_ptr, bufi_ptr, row, n, zmax, invt, has_k, k, top_p, min_p
     return tl.max(tl.where(offs == pos, idx, -1), axis=0), tau, inside
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["step"])
 def _solve(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_ptr, topk_ptr,
            topp_ptr, minp_ptr, u_ptr, slot_ptr, cmax_ptr, carg_ptr, cbad_ptr, hist_ptr,
            cmass_ptr, cout_ptr, bufz_ptr, bufi_ptr, out_ptr, tau_ptr, last_ptr, counts_ptr, V, C,
-           PENALTIES: tl.constexpr, STEP: tl.constexpr, SAMPLING: tl.constexpr,
+           step, PENALTIES: tl.constexpr, SAMPLING: tl.constexpr,
            TILE: tl.constexpr, CP2: tl.constexpr, NB: tl.constexpr, BUF: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     ch = tl.arange(0, CP2)
@@ -197,7 +197,7 @@ def _solve(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_p
     token = tl.where(bad, 0, token).to(tl.int64)
     tl.store(out_ptr + row, tl.where(bad, -1, token))
     tl.store(tau_ptr + row, tau)
-    if STEP:
+    if step != 0:  # a run-time flag: one compiled kernel for a graph's warm-up and its body
         slot = tl.load(slot_ptr + row)
         tl.store(last_ptr + slot, token)
         if PENALTIES:
@@ -239,7 +239,7 @@ def _launch(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
     step = last_token is not None
     _solve[(b,)](logits, logits.stride(0), w, *pens, p.temperature, inv_t, p.top_k, p.top_p,
                  p.min_p, p.uniform, p.slot, cmax, carg, cbad, hist, cmass, cout, bufz, bufi,
-                 out, tau, last_token if step else out, counts, v, c, PENALTIES=pen, STEP=step,
+                 out, tau, last_token if step else out, counts, v, c, int(step), PENALTIES=pen,
                  SAMPLING=sampling, TILE=TILE, CP2=cp2, NB=NB, BUF=BUF, num_warps=8)
     return tau
 
