@@ -118,7 +118,8 @@ def test_report_notebook_shows_the_decomposition_from_reference(synthetic_05):
 
 def test_report_notebook_without_data_says_so(tmp_path):
     (tmp_path / "notebooks").symlink_to(paths.notebooks_dir(), target_is_directory=True)
-    (tmp_path / "data" / "reference").mkdir(parents=True)
+    # The reference folder exists (a folder that does not is refused up front) but is empty.
+    (tmp_path / "data" / "reference" / "h200").mkdir(parents=True)
     with _env(DECODELAB_ROOT=tmp_path, DECODELAB_LOCAL=tmp_path / "local",
               DECODELAB_FIGURES=tmp_path / "figures"):
         executed = notebooks.run("05_report", {"profile": "smoke", "interactive": False},
