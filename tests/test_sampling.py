@@ -273,6 +273,8 @@ def test_cuda_graph_sampler_equals_eager_token_for_token(kind):
     static_logits = torch.zeros(b, vocab, device=dev)
     host = params_for(rows, reps)
     host.inv_temperature = torch.from_numpy(inv_temperature(host.temperature.numpy()))
+    host.slot = torch.arange(len(host.slot))  # one slot per row, as in the engine (the fused
+    # kernel's rows write last_token[slot] concurrently: a shared slot would be a race)
     static = RowParams(*(getattr(host, f)[:b].to(dev).clone() for f in RowParams.__slots__))
     pen = PenaltyState.empty(b + 1, vocab, dev)
     pen.counts[:, :50] = 1

@@ -55,7 +55,7 @@ def sampler_rows(logits: torch.Tensor, dev: torch.device) -> list[SamplerRow]:
              "full_sort": replace(mode, k_cand=0, chunk=0),
              "greedy": SamplerMode(True, False, 0), "partial_topk_penalties": replace(
                  mode, penalties=True)}
-    row_params = dict.fromkeys(modes, params)
+    row_params = {}  # the rows' parameters where they are not ``params``
     if use_fused("auto", dev):
         modes |= {"fused": fused(mode), "fused_penalties": fused(modes["partial_topk_penalties"]),
                   "fused_greedy": fused(modes["greedy"]),
@@ -80,7 +80,7 @@ def sampler_rows(logits: torch.Tensor, dev: torch.device) -> list[SamplerRow]:
     tcfg = TimingConfig(5, 20, 10)
     rows = []
     for name, m in modes.items():
-        def fn(m=m, p=row_params[name]):
+        def fn(m=m, p=row_params.get(name, params)):  # noqa: B008 - bound per variant
             sample_step(logits, p, m, pen, last, out)
             return (out,)
         if dev.type == "cuda":
