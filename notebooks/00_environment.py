@@ -66,7 +66,8 @@ if table.empty:
 else:
     display(show_table(table, {"origin": "source", "device": "device", "quantity": "quantity",
                                "value": "median", "q1": "first quartile",
-                               "q3": "third quartile", "unit": "unit", "detail": "what is timed"}))
+                               "q3": "third quartile", "unit": "unit", "detail": "what is timed"},
+                       formats={"unit": lambda u: "µs" if u == "us" else str(u)}))
 
 # %% [markdown]
 # One comparison: every ceiling on one logarithmic axis, this machine's bar beside each shipped

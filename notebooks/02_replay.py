@@ -97,7 +97,7 @@ else:
 # ## Replay cost vs kernels inside the graph
 #
 # Each point is the median over repeats of back-to-back replays of a graph of n dependent
-# in-place adds on one element (bars: quartiles); red points launch the same n kernels eagerly.
+# in-place adds on one element (bars: quartiles); wine points launch the same n kernels eagerly.
 # A graph's wall time is `T_replay + n·T_node` once the device paces it; at the smallest n the
 # replays wait for the host to issue them (host time ≈ wall time), so those points are left out
 # of the wall fit and show up in the host fit instead. The host's time per replay barely depends

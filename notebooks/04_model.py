@@ -80,9 +80,9 @@ if pm is None:
 # eager (wine), one line style per context; the grey line of the same style is the HBM floor,
 # the bytes the step must move (weights, `batch` embedding rows, the K/V attended) at the copy
 # bandwidth measured in the same run. Right: the floor as a share of the measured step, the
-# **% of roofline**. At batch 1 the graph step is a few hundred µs above the floor; eager
-# pays the host's dispatch on top. As batch and context grow, the K/V read grows with them
-# while the weights are read once.
+# **% of roofline**. Eager pays the host's dispatch on top of the graph's step. As batch and
+# context grow, the K/V read grows with them while the weights are read once; the prose below
+# says, from the rows, how far above its floor each step sits.
 
 # %%
 if pm is not None:

@@ -88,8 +88,8 @@ if "tp" in cpu_runs:
 # at small batch is bound by reading the weights: splitting them over two GPUs halves that
 # read, but adds the collectives, whose cost barely depends on the batch. So TP pays off
 # where the halved weight read is worth more than the communication: at once for a model
-# whose weights take milliseconds to read, only at larger batches for a small one. Eager
-# (dotted) is host-bound either way, and the eager collectives make TP=2 slower still; its
+# whose weights take milliseconds to read, only at larger batches for a small one. Graph mode
+# is drawn in teal, eager in wine; TP=1 solid, TP=2 dashed. Eager is host-bound either way, and the eager collectives make TP=2 slower still; its
 # figures also move far more from run to run than the graph's (the host path of a shared
 # machine is noisy), so read eager crossovers as rough.
 
@@ -110,7 +110,7 @@ else:
 # Each TP=2 bar is split in two: the step with every collective replaced by a local stand-in
 # of the same shape (compute: kernels on half the weights) and what the collectives add
 # (T_comm = step − step without them). The black tick is the same collectives run alone,
-# back to back, from a graph: where the tick sits above the red band, part of the
+# back to back, from a graph: where the tick sits above the orange band, part of the
 # communication's time was already hidden in the step (the next kernel's launch, the
 # stand-in's own copy); where below, the collectives cost more inside the step than alone.
 

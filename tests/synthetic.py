@@ -21,6 +21,9 @@ BARRIERS, BARRIER_US = 5, 0.02
 # Paged model, graph mode, context 512: batch -> (wall, device span) in ms; kernels at batch 1.
 MODEL = {1: (2.0, 1.99), 32: (2.5, 2.49)}
 KERNELS_US = (1500.0, 450.0)
+# Tensor parallel (two GPUs, folder h200x2), graph mode, batch 1, context 512, in ms.
+TP_ORIGIN = "reference/h200x2"
+TP_WALL, TP_SPAN, TP_COMM = 1.5, 1.49, 0.4
 
 KNOWN = {
     "eager": {"dispatch": 48.0, "compute": BUSY},
@@ -31,6 +34,7 @@ KNOWN = {
     "transformer decode, eager": {"dispatch": 9000.0 - 1990.0, "compute": 1990.0},
     "transformer decode": {"replay": 10.0, "node": 1990.0 - sum(KERNELS_US),
                            "compute": sum(KERNELS_US)},
+    "tensor parallel": {"replay": 10.0, "comm": 400.0, "compute": 1090.0},
 }
 
 
@@ -68,16 +72,22 @@ def tables(busy_graph: float = BUSY) -> dict[str, pd.DataFrame]:
     runtime = [{"variant": v, "batch": 32, "wall_us": us, "wall_min_us": us - 5,
                 "wall_max_us": us + 5}
                for v, us in (("bare_forward", 2500.0), ("engine", 2700.0), ("no_graphs", 6000.0))]
+    tp = [{"model": "llama-3.2-1b", "mode": m, "batch": 1, "context": 512, "tp": n,
+           "ms_per_token": wall, "device_ms_per_step": span, "comm_ms": comm}
+          for m, n, wall, span, comm in (("graph", 1, 2.0, 1.99, math.nan),
+                                         ("graph", 2, TP_WALL, TP_SPAN, TP_COMM),
+                                         ("eager", 2, 9.0, 8.9, 3.0))]
     frames = {
         "dispatch": pd.DataFrame([_dispatch_row("eager", 60.0, 55.0, BUSY),
                                   _dispatch_row("cuda_graph", 20.0, 2.5, busy_graph)]),
         "replay_multistep": pd.DataFrame(multistep), "replay_nodes": pd.DataFrame(nodes),
         "persistent": pd.DataFrame(persistent), "paged_model": pd.DataFrame(model),
         "paged_model_kernels": pd.DataFrame(kernels), "runtime": pd.DataFrame(runtime),
+        "tp": pd.DataFrame(tp),
     }
-    for frame in frames.values():
+    for name, frame in frames.items():
         frame.insert(0, "device", "h200")
-        frame.insert(0, "origin", ORIGIN)
+        frame.insert(0, "origin", TP_ORIGIN if name == "tp" else ORIGIN)
     return frames
 
 
@@ -90,12 +100,14 @@ class FakeInfo:
 
 
 def write_reference_tree(root: Path, names: tuple[str, ...] | None = None) -> Path:
-    """Write the synthetic tables as ``root/data/reference/h200/NAME.csv`` (+ metadata)."""
+    """Write the synthetic tables as ``root/data/reference/h200/NAME.csv`` (+ metadata; the
+    two-GPU table under ``h200x2/``)."""
     from decodelab.core.results import write_table
 
     out = root / "data" / "reference" / "h200"
     for name, frame in tables().items():
         if names is None or name in names:
-            write_table(name, frame.drop(columns=["origin", "device"]), out_dir=out,
+            folder = root / "data" / frame["origin"].iloc[0]
+            write_table(name, frame.drop(columns=["origin", "device"]), out_dir=folder,
                         profile="synthetic", info=FakeInfo())
     return out

@@ -7,7 +7,9 @@
 - node: kernel boundaries inside a graph or barriers inside a persistent kernel;
 - orchestration: what a serving loop adds around the forward pass (schedule, prepare, sample,
   update, emit), as exposed on the step's wall clock;
-- compute: GPU-busy time of the step's kernels (the arithmetic and memory traffic itself).
+- compute: GPU-busy time of the step's kernels (the arithmetic and memory traffic itself);
+- comm: what the collectives of a tensor-parallel step add (the step minus the same step with
+  its collectives replaced by local stand-ins of the same shape).
 
 Each regime's terms come from named rows of the phase tables (:mod:`decodelab.analysis.regimes` defines
 every derivation); each term keeps its source (table and row selector), how it was derived and an
@@ -19,6 +21,7 @@ table, column or row is missing becomes a note ("no data yet for ..."), not an e
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -27,12 +30,15 @@ import pandas as pd
 from decodelab.core.validate import check_choice, check_int
 from decodelab.toy.step import NAMED_CONFIGS
 
-LAYERS = ("dispatch", "replay", "node", "orchestration", "compute")
+LAYERS = ("dispatch", "replay", "node", "orchestration", "compute", "comm")
 REGIMES = ("eager", "graph", "multi-step graph", "persistent kernel", "runtime loop",
-           "transformer decode, eager", "transformer decode")
+           "transformer decode, eager", "transformer decode", "tensor parallel")
 HEADLINE_REFERENCE = "h200"  # the shipped reference the README's figure is computed from
 TABLES = ("dispatch", "replay_nodes", "replay_multistep", "persistent", "paged_model",
-          "paged_model_kernels", "runtime")
+          "paged_model_kernels", "runtime", "tp")
+# Tables measured on several GPUs of one host: the reference ``h200`` keeps them in
+# ``data/reference/h200x<n>/`` (the Makefile's bench-gpu-tp names the folder so).
+MULTI_GPU_TABLES = ("tp",)
 
 
 class MissingData(LookupError):
@@ -85,6 +91,7 @@ class Regime:
     source: str
     terms: tuple[Term, ...]
     config: str = ""  # what was measured, for labels: "ultra-light, K=256", "B=32"
+    origin: str = ""  # where its rows come from when not the decomposed origin's own folder
 
     @property
     def dominant(self) -> Term:
@@ -108,7 +115,7 @@ class Tables:
             raise MissingData(f"no data yet for table `{table}` ({why})")
         frame = self.frames[table]
         if self.origin is not None and "origin" in frame.columns:
-            frame = frame[frame["origin"] == self.origin]
+            frame = frame[self.accepts(frame["origin"], table)]
             if frame.empty:
                 raise MissingData(f"no data yet for table `{table}` from {self.origin}")
         lacking = [c for c in columns if c not in frame.columns]
@@ -116,6 +123,14 @@ class Tables:
             raise MissingData(f"table `{table}` lacks column(s) {', '.join(map(repr, lacking))} "
                               f"(it has: {', '.join(frame.columns)})")
         return frame
+
+    def accepts(self, origins: pd.Series, table: str) -> pd.Series:
+        """Which rows are this origin's: its own, and for a multi-GPU table those of the same
+        device's ``x<n>`` folder (``reference/h200x2`` for ``reference/h200``)."""
+        mine = origins == self.origin
+        if table in MULTI_GPU_TABLES:
+            mine |= origins.astype(str).str.fullmatch(re.escape(str(self.origin)) + r"x\d+")
+        return mine
 
     def rows(self, table: str, where: Mapping[str, object], columns: Sequence[str] = ()
              ) -> tuple[pd.DataFrame, str]:

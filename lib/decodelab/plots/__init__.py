@@ -19,11 +19,15 @@ __all__ = ["origin_color", "origin_label", "quantity_color", "save", "show_table
 
 
 def use_style() -> None:
-    """One look for every figure."""
+    """One look for every figure and table (a DataFrame displayed in a notebook is shown
+    through :func:`show_table`)."""
     import seaborn as sns
+
+    from decodelab.plots.tables import register_formatter
 
     sns.set_theme(context="notebook", style="whitegrid", palette="colorblind")
     matplotlib.rcParams.update({"figure.dpi": 110, "savefig.dpi": 130, "figure.figsize": (8, 4.5)})
+    register_formatter()
 
 
 def save(fig, name: str, folder: Path | None = None) -> Path:

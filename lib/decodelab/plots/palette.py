@@ -19,7 +19,8 @@ QUANTITY_COLORS: dict[str, str] = {
     "node": "#56b4e9",  # sky blue
     "orchestration": "#cc79a7",  # reddish purple
     "compute": "#009e73",  # bluish green
-    "communication": "#e69f00",  # orange
+    "comm": "#e69f00",  # orange: the collectives across GPUs (T_comm)
+    "communication": "#e69f00",
     "device busy": "#009e73",  # the same time as compute: GPU-busy is how compute is measured
     "GPU idle": "#bbbbbb",  # light grey: the GPU waits
     "host CPU": "#332288",  # indigo: the issuing thread

@@ -8,10 +8,10 @@ import pandas as pd
 from matplotlib.ticker import NullFormatter
 
 from decodelab.analysis.layers import LAYERS, fmt_us
+from decodelab.plots.palette import quantity_color
 
-# One colour per layer, the same in every figure of the report.
-LAYER_COLORS = dict(zip(LAYERS, ("#d55e00", "#0072b2", "#56b4e9", "#cc79a7", "#009e73"),
-                        strict=True))
+# One colour per layer, the same in every figure of the report (plots.palette).
+LAYER_COLORS = {layer: quantity_color(layer) for layer in LAYERS}
 
 
 def decomposition_figure(terms: pd.DataFrame, regimes: pd.DataFrame, title: str = ""):
@@ -36,8 +36,9 @@ def decomposition_figure(terms: pd.DataFrame, regimes: pd.DataFrame, title: str 
     ax.set_xlim(0, max(1.0, float(left.max()) if len(left) else 1.0))
     ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
     ax.set_xlabel("share of the step")
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(LAYERS), fontsize=8,
-              frameon=False)
+    shown = [layer for layer in LAYERS if layer in set(terms["layer"])]
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=max(1, len(shown)),
+              fontsize=8, frameon=False)
     step = regimes["step_us"].to_numpy(dtype=float)
     err = np.vstack([(step - regimes["step_low"]).clip(lower=0).fillna(0),
                      (regimes["step_high"] - step).clip(lower=0).fillna(0)])

@@ -43,7 +43,7 @@ _RATIO_WORDS = ("ratio", "speedup")
 _CSS = [
     {"selector": "", "props": "max-width: 100%; border-collapse: collapse; font-size: 0.85em; "
                               "margin-bottom: 0.6em;"},
-    {"selector": "th, td", "props": "white-space: normal; overflow-wrap: anywhere; "
+    {"selector": "th, td", "props": "white-space: normal; overflow-wrap: break-word; "
                                     "padding: 2px 8px; vertical-align: top;"},
     {"selector": "th", "props": "text-align: left; font-weight: 600;"},
     {"selector": "caption", "props": "caption-side: bottom; text-align: left; "
@@ -125,6 +125,9 @@ def tidy(frame: pd.DataFrame, columns: Sequence[str] | Mapping[str, str] | None 
         frame = frame.reset_index()
     else:
         frame = frame.reset_index(drop=True)
+    if isinstance(frame.columns, pd.MultiIndex):  # a pivot's (value, origin) headers
+        frame = frame.set_axis([" ".join(str(p) for p in c if str(p)) for c in frame.columns],
+                               axis=1)
     if columns is None:
         labels = {c: column_label(str(c)) for c in frame.columns}
     elif isinstance(columns, Mapping):
@@ -155,7 +158,29 @@ def show_table(frame: pd.DataFrame, columns: Sequence[str] | Mapping[str, str] |
               .format_index(escape="html", axis=1))
     numeric = [labels[c] for c in rows.columns
                if pd.api.types.is_numeric_dtype(rows[c]) and not pd.api.types.is_bool_dtype(rows[c])]
+    text_cols = [label for label in shown.columns if label not in numeric]
     if numeric:
         styler = styler.set_properties(subset=numeric, **{"text-align": "right"})
+    if text_cols:
+        styler = styler.set_properties(subset=text_cols, **{"text-align": "left"})
     text = " ".join(part for part in (caption, note) if part)
     return styler.set_caption(text) if text else styler
+
+
+def _frame_html(frame: pd.DataFrame) -> str:
+    try:
+        return show_table(frame).to_html()
+    except (KeyError, ValueError, TypeError):  # a frame the helper cannot read: pandas' own
+        return frame.to_html()
+
+
+def register_formatter() -> None:
+    """Inside IPython, every DataFrame a notebook displays goes through :func:`show_table`, so
+    a table shown without the helper still gets its look (no positional index, rounding)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["text/html"].for_type(pd.DataFrame, _frame_html)

@@ -1,0 +1,215 @@
+"""The report's findings and conclusions, computed from the tables: each finding is a sentence
+with its number and the table it comes from; none is written by hand.
+
+A finding whose table is missing is left out (the report says how many it could compute), so
+the summary shrinks with the data instead of failing or inventing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from decodelab.analysis.layers import Headline, MissingData, Regime, Tables, fmt_us
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    text: str  # the sentence, its number included
+    number: str  # the number alone, for the summary table
+    source: str  # table[selector] the number is computed from
+
+
+def _term(regime: Regime, layer: str) -> float:
+    return next((t.us for t in regime.terms if t.layer == layer), 0.0)
+
+
+def _by_name(regimes: Sequence[Regime]) -> dict[str, Regime]:
+    return {r.name: r for r in regimes}
+
+
+def graph_removes_dispatch(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
+    r = _by_name(regimes)
+    if "eager" not in r or "graph" not in r:
+        raise MissingData("eager or graph regime")
+    e, g = r["eager"], r["graph"]
+    return Finding(f"On the toy step ({g.config}) a CUDA graph cuts the step from "
+                   f"{fmt_us(e.step_us)} µs to {fmt_us(g.step_us)} µs: dispatch was "
+                   f"{_term(e, 'dispatch') / e.step_us:.0%} of the eager step.",
+                   f"{e.step_us / g.step_us:.1f}x", g.source)
+
+
+def replay_cost(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
+    from decodelab.analysis.regimes import multistep_fit
+    from decodelab.core.seed import quoted
+
+    fit, _, src = multistep_fit(tables, h)
+    return Finding(f"A graph replay costs {fit['t_replay_us']:.2f} µs "
+                   f"[{fit['slope_ci_low']:.2f}, {fit['slope_ci_high']:.2f}] per launch on the "
+                   f"{h.toy_config} step (seed: ~{quoted('replay_per_step'):g} µs on SM75); "
+                   f"capturing K steps per graph divides it by K.",
+                   f"{fit['t_replay_us']:.2f} µs", f"fit of {src}")
+
+
+def persistent_rate(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
+    r = _by_name(regimes)
+    if "persistent kernel" not in r or "graph" not in r:
+        raise MissingData("persistent kernel or graph regime")
+    p, g = r["persistent kernel"], r["graph"]
+    return Finding(f"The persistent kernel ({p.config}) runs {1e6 / p.step_us:,.0f} steps/s, "
+                   f"{g.step_us / p.step_us:.1f}x the single-step graph: replay and kernel "
+                   f"boundaries gone, {p.dominant.layer} is "
+                   f"{p.dominant.us / p.step_us:.0%} of its step.",
+                   f"{1e6 / p.step_us:,.0f} steps/s", p.source)
+
+
+def _paged_model(tables: Tables) -> pd.DataFrame:
+    return tables.frame("paged_model", ["mode", "batch", "context", "ms_per_token",
+                                        "bytes_per_step", "copy_gb_s", "roofline_fraction"])
+
+
+def _model_row(tables: Tables, mode: str, h: Headline) -> pd.Series:
+    row, _ = tables.one("paged_model", {"mode": mode, "batch": h.model_batch,
+                                        "context": h.context})
+    return row
+
+
+def roofline(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
+    from decodelab.model.analysis import floor_ms
+
+    g, e = _model_row(tables, "graph", h), _model_row(tables, "eager", h)
+    _, src = tables.one("paged_model", {"mode": "graph", "batch": h.model_batch,
+                                        "context": h.context})
+    return Finding(f"The real-shaped decode step ({g.get('model', 'paged model')}, batch "
+                   f"{h.model_batch}, context {h.context}) takes {g['ms_per_token']:.3g} ms "
+                   f"graph-captured, {g['roofline_fraction']:.0%} of the HBM roofline (its "
+                   f"bytes need {float(floor_ms(g)):.3g} ms at the measured copy bandwidth); "
+                   f"eager it takes {e['ms_per_token'] / g['ms_per_token']:.1f}x longer.",
+                   f"{g['roofline_fraction']:.0%} of roofline", src)
+
+
+def versus_transformers(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
+    from decodelab.model.analysis import vs_transformers
+
+    vs = vs_transformers(_paged_model(tables))
+    vs = vs[vs["batch"] == vs["batch"].min()]
+    if vs.empty:
+        raise MissingData("no transformers rows in paged_model")
+    r = vs.iloc[0]
+    return Finding(f"Against transformers' generate on the same weights (batch {r['batch']}), "
+                   f"our {r['ours']} step decodes {r[r['ours']]:,.0f} tokens/s, its faster "
+                   f"cache ({r['best_peer']}) {r[r['best_peer']]:,.0f}.",
+                   f"{r['speedup']:.1f}x", f"paged_model[origin={tables.origin}, "
+                                           f"batch={r['batch']}]")
+
+
+def attention_rate(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
+    from decodelab.model.analysis import attention_marginal
+
+    m = attention_marginal(_paged_model(tables))
+    if m.empty:
+        raise MissingData("one context only in paged_model")
+    r = m.sort_values("batch").iloc[-1]
+    return Finding(f"At long context attention sets the step: from {r['context_short']} to "
+                   f"{r['context_long']} tokens at batch {r['batch']}, the extra K/V "
+                   f"({r['kv_share_long']:.0%} of the step's bytes) is read at "
+                   f"{r['kv_tb_s']:.2f} TB/s, {r['of_copy']:.0%} of the copy bandwidth.",
+                   f"{r['kv_tb_s']:.2f} TB/s", f"paged_model[origin={tables.origin}, "
+                                               f"mode=graph, batch={r['batch']}]")
+
+
+def orchestration(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
+    r = _by_name(regimes)
+    if "runtime loop" not in r:
+        raise MissingData("runtime loop regime")
+    rt = r["runtime loop"]
+    orch = _term(rt, "orchestration")
+    return Finding(f"The serving loop ({rt.config}) adds {fmt_us(orch)} µs of orchestration "
+                   "(schedule, prepare, sample, update, emit) on top of the graph-captured "
+                   "forward pass.", f"{orch / rt.step_us:.0%} of the step", rt.source)
+
+
+def communication(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
+    r = _by_name(regimes)
+    if "tensor parallel" not in r:
+        raise MissingData("tensor parallel regime")
+    tp = r["tensor parallel"]
+    comm = _term(tp, "comm")
+    return Finding(f"Split over two GPUs ({tp.config}), the collectives add "
+                   f"{fmt_us(comm)} µs to a {fmt_us(tp.step_us)} µs step: T_comm is the layer "
+                   "tensor parallelism adds.", f"{comm / tp.step_us:.0%} of the step", tp.source)
+
+
+FINDINGS: tuple[Callable[[Tables, Sequence[Regime], Headline], Finding], ...] = (
+    graph_removes_dispatch, replay_cost, persistent_rate, roofline, versus_transformers,
+    attention_rate, orchestration, communication)
+
+
+def findings(tables: Tables, regimes: Sequence[Regime], h: Headline | None = None
+             ) -> list[Finding]:
+    """Every finding the tables allow, in the order of the layers they peel off."""
+    h = h or Headline()
+    out = []
+    for compute in FINDINGS:
+        try:
+            out.append(compute(tables, regimes, h))
+        except (MissingData, KeyError, IndexError, ValueError, ZeroDivisionError):
+            continue
+    return out
+
+
+def findings_frame(found: Sequence[Finding]) -> pd.DataFrame:
+    return pd.DataFrame([{"finding": f.text, "number": f.number, "source": f.source}
+                         for f in found], columns=["finding", "number", "source"])
+
+
+def conclusions(regimes: Sequence[Regime], seeds: pd.DataFrame, tables: Tables,
+                h: Headline | None = None) -> list[str]:
+    """What agrees with the seed study and what does not (by the seed table's rule), and the
+    next layer: what the last single-GPU regime's runner-up and its distance from the HBM
+    floor say comes next."""
+    h = h or Headline()
+    lines = []
+    checked = seeds[seeds["agrees?"] != "n/a"]
+    for verdict, words in (("yes", "Agrees with the seed study"),
+                           ("no", "Does not agree with the seed study")):
+        rows = checked[checked["agrees?"] == verdict]
+        if not rows.empty:
+            lines.append(f"**{words}** ({len(rows)} of {len(checked)} checked): " + "; ".join(
+                f"{r['claim']}: seed {r['seed reported']}, ours {r['we measured']}"
+                for _, r in rows.iterrows()) + ".")
+    lines += _next_layer(regimes, tables, h)
+    return lines
+
+
+def _next_layer(regimes: Sequence[Regime], tables: Tables, h: Headline) -> list[str]:
+    r = _by_name(regimes)
+    lines = []
+    if "transformer decode" in r:
+        t = r["transformer decode"]
+        ranked = sorted(t.terms, key=lambda x: x.us, reverse=True)
+        text = (f"**The next layer.** In the graph-captured transformer step "
+                f"{t.dominant.layer} is {t.dominant.us / t.step_us:.0%} of "
+                f"{fmt_us(t.step_us)} µs")
+        try:
+            from decodelab.model.analysis import floor_ms
+
+            floor = float(floor_ms(_model_row(tables, "graph", h))) * 1e3
+            text += (f", and the HBM floor is {fmt_us(floor)} µs of it: "
+                     f"{fmt_us(t.step_us - floor)} µs ({1 - floor / t.step_us:.0%}) sit above "
+                     "memory bandwidth (kernel boundaries, attention below its bandwidth, the "
+                     "small kernels)")
+        except (MissingData, KeyError):
+            pass
+        if len(ranked) > 1:
+            text += f"; after compute, {ranked[1].layer} is the largest layer"
+        lines.append(text + ".")
+    if "tensor parallel" in r:
+        tp = r["tensor parallel"]
+        lead = ("and dominates it" if tp.dominant.layer == "comm"
+                else f"while {tp.dominant.layer} still leads")
+        lines.append(f"**Across GPUs** the layer that appears is communication: comm is "
+                     f"{_term(tp, 'comm') / tp.step_us:.0%} of the TP step ({tp.config}), {lead}.")
+    return lines
