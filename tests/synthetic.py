@@ -21,6 +21,12 @@ BARRIERS, BARRIER_US = 5, 0.02
 # Paged model, graph mode, context 512: batch -> (wall, device span) in ms; kernels at batch 1.
 MODEL = {1: (2.0, 1.99), 32: (2.5, 2.49)}
 KERNELS_US = (1500.0, 450.0)
+COPY_GB_S, HF_MS = 1000.0, 20.0  # copy bandwidth of the run; transformers' ms per token
+
+
+def model_bytes(batch: int, context: int) -> float:
+    """Bytes a model step moves: 1 GB of weights and 10 kB of K/V per token attended."""
+    return 1e9 + batch * context * 1e4
 # Tensor parallel (two GPUs, folder h200x2), graph mode, batch 1, context 512, in ms.
 TP_ORIGIN = "reference/h200x2"
 TP_WALL, TP_SPAN, TP_COMM = 1.5, 1.49, 0.4
@@ -63,10 +69,13 @@ def tables(busy_graph: float = BUSY) -> dict[str, pd.DataFrame]:
                                    ("block_v2", 64, math.nan), ("grid_v2", 64, 0.05))]
     for row in persistent:  # a failed variant is recorded untimed; one timed but not validated
         row["validated"] = row["variant"] not in ("block_v2", "grid_v2")
-    model = [{"mode": m, "batch": b, "context": c, "ms_per_token": wall,
-              "device_ms_per_step": span}
+    model = [{"model": "llama-3.2-1b", "mode": m, "batch": b, "context": c, "ms_per_token": wall,
+              "device_ms_per_step": span, "tokens_per_s": b / wall * 1e3,
+              "bytes_per_step": model_bytes(b, c), "copy_gb_s": COPY_GB_S,
+              "roofline_fraction": model_bytes(b, c) / (COPY_GB_S * 1e9) / (wall * 1e-3)}
              for m, b, c, wall, span in (("graph", 1, 512, *MODEL[1]), ("graph", 32, 512, *MODEL[32]),
-                                         ("eager", 1, 512, 9.0, 8.9), ("graph", 1, 4096, 2.6, 2.5))]
+                                         ("eager", 1, 512, 9.0, 8.9), ("graph", 1, 4096, 2.6, 2.5),
+                                         ("hf_dynamic", 1, 512, HF_MS, math.nan))]
     kernels = [{"kernel": f"k{i}", "us_per_step": us, "batch": 1, "context": 512}
                for i, us in enumerate(KERNELS_US)]
     runtime = [{"variant": v, "batch": 32, "wall_us": us, "wall_min_us": us - 5,

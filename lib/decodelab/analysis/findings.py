@@ -112,7 +112,9 @@ def attention_rate(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Fi
     if m.empty:
         raise MissingData("one context only in paged_model")
     r = m.sort_values("batch").iloc[-1]
-    return Finding(f"At long context attention sets the step: from {r['context_short']} to "
+    lead = ("attention, not the weights, sets the step" if r["kv_share_long"] > 0.5
+            else "the weights still dominate the bytes")
+    return Finding(f"At long context {lead}: from {r['context_short']} to "
                    f"{r['context_long']} tokens at batch {r['batch']}, the extra K/V "
                    f"({r['kv_share_long']:.0%} of the step's bytes) is read at "
                    f"{r['kv_tb_s']:.2f} TB/s, {r['of_copy']:.0%} of the copy bandwidth.",

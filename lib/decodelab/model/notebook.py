@@ -89,11 +89,13 @@ def _batch_trend(pm: pd.DataFrame, origin: str, mode: str, context: int) -> str:
     if len(rows) < 2:
         return ""
     lo, hi = rows.iloc[0], rows.iloc[-1]
-    return (f" From batch {lo['batch']} to {hi['batch']} the step grows "
+    text = (f" From batch {lo['batch']} to {hi['batch']} the step grows "
             f"{hi['ms_per_token'] / lo['ms_per_token']:.1f}x while its bytes grow "
             f"{hi['floor_ms'] / lo['floor_ms']:.1f}x, so the share of the roofline goes from "
-            f"{lo['roofline_fraction']:.0%} to {hi['roofline_fraction']:.0%}: at large batch "
-            "the step is no longer bound by reading the weights.")
+            f"{lo['roofline_fraction']:.0%} to {hi['roofline_fraction']:.0%}")
+    if hi["roofline_fraction"] < lo["roofline_fraction"]:
+        text += ": the larger the batch, the less of the step is reading the weights"
+    return text + "."
 
 
 def peers_prose(vs: pd.DataFrame) -> str:
@@ -125,10 +127,12 @@ def kernel_prose(profile: pd.DataFrame) -> str:
             parts.append(f"The matmuls take {mm['us_per_step'].sum() / total:.0%} of it and "
                          f"read the weights at {rate:.2f} TB/s{share}.")
         if not attn.empty:
+            slow = attn["of_copy"].iloc[0] < 0.25
             parts.append(f"Attention takes {attn['us_per_step'].sum() / total:.0%} and reads "
                          f"its K/V at {attn['tb_s'].iloc[0]:.2f} TB/s "
-                         f"({attn['of_copy'].iloc[0]:.0%} of the copy bandwidth): at this "
-                         "short context it is bound by latency, not bytes.")
+                         f"({attn['of_copy'].iloc[0]:.0%} of the copy bandwidth)"
+                         + (": at this context it is bound by latency, not bytes." if slow
+                            else "."))
         noted = sel[sel["note"] != ""]
         parts += [f"`{r['name']}`: {r['note']}." for _, r in noted.iterrows()]
         lines.append(" ".join(parts))
@@ -146,8 +150,9 @@ def attention_prose(marginal: pd.DataFrame) -> str:
             f"the extra K/V is read at {lo['kv_tb_s']:.2f} TB/s ({lo['of_copy']:.0%} of the "
             f"copy bandwidth) at batch {lo['batch']} and {hi['kv_tb_s']:.2f} TB/s "
             f"({hi['of_copy']:.0%}) at batch {hi['batch']}, where K/V is "
-            f"{hi['kv_share_long']:.0%} of the step's bytes: at long context and large batch "
-            "attention, not the weights, sets the step.")
+            f"{hi['kv_share_long']:.0%} of the step's bytes"
+            + (": at long context and large batch attention, not the weights, sets the step."
+               if hi["kv_share_long"] > 0.5 else "."))
     return "\n".join(lines) or "Only one context measured: no long-context comparison."
 
 

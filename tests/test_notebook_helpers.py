@@ -1,0 +1,182 @@
+"""The helpers notebooks 01, 02 and 05 call, on synthetic tables with chosen values: per-origin
+views of the dispatch table, the prose of the replay fits and the stop-mid-chunk trade-off,
+the regime views, findings and conclusions of the report, and the tensor-parallel regime."""
+
+import math
+
+import pandas as pd
+import pytest
+import synthetic
+
+from decodelab.analysis import notebook as report_nb
+from decodelab.analysis.decompose import decompose, regime_table
+from decodelab.analysis.findings import conclusions, findings, findings_frame
+from decodelab.analysis.layers import Tables
+from decodelab.analysis.seed_table import seed_table
+from decodelab.dispatch import notebook as dispatch_nb
+from decodelab.replay import notebook as replay_nb
+from decodelab.replay.fit import fit_multistep, fit_nodes
+
+
+def _tables(frames=None) -> Tables:
+    return Tables(frames or synthetic.tables(), synthetic.ORIGIN)
+
+
+# --- 01_dispatch -------------------------------------------------------------------------------
+
+def _dispatch() -> pd.DataFrame:
+    rows = []
+    for origin, backend, device in (("reference/h200", "cuda", 12.0), ("local", "cpu", math.nan)):
+        for mode, host in (("eager", 40.0), ("cuda_graph", 3.0)):
+            if backend == "cpu" and mode != "eager":
+                continue
+            for config, hidden in (("ultra-light", 64), ("sweep", 256), ("sweep", 1024)):
+                rows.append(dict(origin=origin, device="h200" if backend == "cuda" else "cpu",
+                                 backend=backend, mode=mode, config=config, hidden=hidden,
+                                 layers=4, batch=1, host_us_per_step=host,
+                                 device_us_per_step=device, wall_us_per_step=host + 1,
+                                 kernels_per_step=8.0))
+    return pd.DataFrame(rows)
+
+
+def test_dispatch_views_per_backend_and_origin():
+    table = _dispatch()
+    gpu, cpu = dispatch_nb.by_backend(table)
+    assert set(gpu["backend"]) == {"cuda"} and set(cpu["backend"]) == {"cpu"}
+    assert dispatch_nb.origins(table) == ["reference/h200", "local"]  # references first
+    assert dispatch_nb.origins(pd.DataFrame()) == []
+    sources = dispatch_nb.sources(table).set_index("origin")
+    assert sources.loc["local", "rows"] == 3 and sources.loc["reference/h200", "rows"] == 6
+    per_op = dispatch_nb.per_op(cpu)
+    assert per_op["us_per_op"].tolist() == [5.0] * 3  # 40 µs of host time over 8 ops
+    assert dispatch_nb.slug("reference/h200") == "reference_h200"
+
+
+def test_dispatch_explorer_prefers_gpu_rows_and_the_sweep():
+    gpu, cpu = dispatch_nb.by_backend(_dispatch())
+    rows, first = dispatch_nb.explorer_rows(gpu, cpu)
+    assert set(rows["origin"]) == {"reference/h200"} and first["config"] == "sweep"
+    rows, first = dispatch_nb.explorer_rows(gpu.iloc[0:0], cpu)
+    assert set(rows["origin"]) == {"local"}
+    assert dispatch_nb.explorer_rows(gpu.iloc[0:0], cpu.iloc[0:0])[1] is None
+
+
+def test_dispatch_ratio_lines_name_config_origin_and_seed():
+    ratios = pd.DataFrame([dict(origin="reference/h200", config="ultra-light", host_ratio=13.33,
+                                wall_ratio=2.5)])
+    line = dispatch_nb.ratio_lines(ratios, 15.0)
+    assert line == ("- **ultra-light** (H200 (shipped reference)): host CPU 13.3x lower with a "
+                    "graph, wall 2.50x (seed: ~15x host CPU)")
+
+
+# --- 02_replay ---------------------------------------------------------------------------------
+
+def _replay() -> tuple[pd.DataFrame, pd.DataFrame]:
+    frames = synthetic.tables()
+    nodes = frames["replay_nodes"]
+    multi = frames["replay_multistep"].assign(
+        wall_us_per_replay=lambda f: f["wall_us_per_step"] * f["k_steps"])
+    return nodes, multi
+
+
+def test_replay_prose_carries_the_fitted_numbers():
+    nodes, multi = _replay()
+    text = replay_nb.node_summary(fit_nodes(nodes))
+    assert "T_replay = 4.00 µs" in text and "T_node = 0.500 µs" in text
+    assert "T_launch = 3.00 µs" in text and "6.0× a graph node" in text
+    steps = replay_nb.step_summary(fit_multistep(multi))
+    assert "**ultra-light**, none: T_step = 15.00 µs, T_replay = 5.00 µs" in steps
+    assert replay_nb.meets(0.99) == "meets" and replay_nb.meets(0.5) == "misses"
+
+
+def test_tradeoff_model_and_simulation_agree_on_exact_data():
+    nodes, multi = _replay()
+    trade = replay_nb.tradeoff_of(multi, fit_multistep(multi), 0.01, 4000, 1)
+    assert trade.config == "ultra-light" and trade.origin == synthetic.ORIGIN
+    assert trade.model.t_replay_us == pytest.approx(35.0)  # readout: 5 + 30 per replay
+    assert trade.model.t_step_us == pytest.approx(15.0)
+    assert sorted(trade.analytic["p_stop"].unique()) == pytest.approx([0.001, 0.01, 0.1])
+    assert trade.best_k >= 1 and trade.worst_rel_gap < 0.05
+    assert f"best K is {trade.best_k}" in trade.prose(4000, 1)
+
+
+# --- 05_report ---------------------------------------------------------------------------------
+
+def test_regime_view_and_prose():
+    regimes, _ = decompose(_tables())
+    view = report_nb.regime_view(regime_table(regimes))
+    assert list(view.columns) == list(report_nb.REGIME_LABELS)
+    lines = report_nb.regime_lines(regimes)
+    assert lines[0] == "- **eager** (ultra-light): 60 µs per step; dispatch dominates with 80% (48 µs)."
+    moves = "\n".join(report_nb.transitions(regimes))
+    assert "from 60 µs to 20 µs (3.0x)" in moves and "adds 400 µs of collectives" in moves
+    assert report_nb.term(regimes[0], "replay") == 0.0
+    tally = report_nb.seed_tally(seed_table(_tables(), regimes))
+    assert tally.startswith("Of the seed's 10 claims we could check, 8 agree")
+    assert report_nb.seed_tally(seed_table(Tables({}, synthetic.ORIGIN), [])) \
+        == "No seed claim could be checked yet."
+
+
+def test_findings_carry_numbers_and_sources_and_shrink_with_the_data():
+    tables = _tables()
+    regimes, _ = decompose(tables)
+    found = findings(tables, regimes)
+    assert 5 <= len(found) <= 8
+    frame = findings_frame(found).set_index("number")
+    assert frame.loc["3.0x", "source"].startswith("dispatch[")
+    assert frame.loc["50% of roofline", "source"].startswith("paged_model[")
+    assert frame.loc["10.0x", "finding"].startswith("Against transformers")  # 500 vs 50 tok/s
+    assert frame.loc["27% of the step", "source"].startswith("tp[origin=reference/h200x2")
+    only = Tables({"dispatch": synthetic.tables()["dispatch"]}, synthetic.ORIGIN)
+    assert [f.number for f in findings(only, decompose(only)[0])] == ["3.0x"]
+
+
+def test_conclusions_split_agreement_and_name_the_next_layer():
+    tables = _tables()
+    regimes, _ = decompose(tables)
+    text = "\n".join(conclusions(regimes, seed_table(tables, regimes), tables))
+    assert "**Agrees with the seed study** (8 of 10 checked)" in text
+    assert "**Does not agree with the seed study** (2 of 10 checked)" in text
+    assert "the HBM floor is 1,005 µs of it" in text  # 1.00512 GB at 1000 GB/s
+    assert "comm is 27% of the TP step" in text
+
+
+def test_side_by_side_pairs_regimes_measured_on_both():
+    regimes, _ = decompose(_tables())
+    ours = regime_table(regimes)
+    yours = ours[ours["regime"].isin(["eager", "graph"])].assign(step_us=lambda f: 2 * f["step_us"])
+    both = report_nb.side_by_side(ours, yours, "H200", "this machine").set_index("regime")
+    assert list(both.index) == ["eager", "graph"]
+    assert both["step ratio (yours / ours)"].tolist() == [2.0, 2.0]
+
+
+def test_local_gpu_uses_gpu_rows_only(tmp_path, monkeypatch):
+    from decodelab.core.results import write_table
+
+    local = tmp_path / "local"
+    monkeypatch.setenv("DECODELAB_LOCAL", str(local))
+    monkeypatch.setenv("DECODELAB_REFERENCE", str(tmp_path / "reference"))
+    (tmp_path / "reference" / "h200").mkdir(parents=True)
+    frames = synthetic.tables()
+    params = report_nb.NotebookParams(profile="smoke", interactive=False)
+    cpu_runtime = frames["runtime"].drop(columns=["origin", "device"])
+    write_table("runtime", cpu_runtime, out_dir=local, info=synthetic.FakeInfo(label="cpu"))
+    assert report_nb.local_gpu(params) is None  # a CPU's runtime rows are no GPU regime
+    write_table("dispatch", frames["dispatch"].drop(columns=["origin", "device"]), out_dir=local,
+                info=synthetic.FakeInfo(label="t4"))
+    yours = report_nb.local_gpu(params)
+    assert [r.name for r in yours.regimes] == ["eager", "graph"]
+
+
+def test_tensor_parallel_regime_refuses_cpu_rows_and_reads_the_multi_gpu_folder():
+    frames = synthetic.tables()
+    regimes, _ = decompose(_tables(frames))
+    tp = {r.name: r for r in regimes}["tensor parallel"]
+    assert tp.origin == synthetic.TP_ORIGIN and tp.config.endswith("TP=2")
+    frames["tp"] = frames["tp"].assign(device="cpu")
+    regimes, notes = decompose(_tables(frames))
+    assert "tensor parallel" not in {r.name for r in regimes}
+    assert any(n.startswith("tensor parallel: no GPU rows") for n in notes)
+    frames["tp"] = synthetic.tables()["tp"].assign(origin="reference/h200-other")
+    regimes, notes = decompose(_tables(frames))
+    assert any("tensor parallel: no data yet for table `tp`" in n for n in notes)

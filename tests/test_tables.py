@@ -1,0 +1,103 @@
+"""The one table look (plots.show_table) and the one palette (plots.palette)."""
+
+import math
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("jinja2")  # pandas' Styler renders through it
+
+from decodelab.plots import palette  # noqa: E402
+from decodelab.plots.tables import (  # noqa: E402
+    MISSING,
+    column_label,
+    fmt_number,
+    show_table,
+    tidy,
+)
+
+
+def _cells(styler) -> list[list[str]]:
+    """The rendered body cells, row by row (what the reader sees)."""
+    ctx = styler._translate(styler.uuid, styler.cell_ids)  # noqa: SLF001 - the rendered grid
+    return [[c["display_value"] for c in row if c["type"] == "td"] for row in ctx["body"]]
+
+
+def test_numbers_are_rounded_by_what_they_measure():
+    assert fmt_number(507223.075987) == "507,223"
+    assert fmt_number(0.0123456) == "0.0123"
+    assert fmt_number(2.0) == "2"
+    assert fmt_number(24.649) == "24.6"
+    assert fmt_number(-3.14159) == "-3.14"
+    assert fmt_number(math.nan) == MISSING
+    assert "e" not in fmt_number(1.2e-7)
+
+
+def test_columns_get_labels_with_units():
+    assert column_label("wall_us_per_step") == "wall (µs/step)"
+    assert column_label("achieved_gb_s") == "achieved (GB/s)"
+    assert column_label("capture_s") == "capture (s)"
+    assert column_label("graph_mem_mib") == "graph mem (MiB)"
+    assert column_label("origin") == "source"
+    assert column_label("kernel") == "kernel"
+
+
+def test_show_table_hides_the_index_formats_and_notes_missing_values():
+    frame = pd.DataFrame({"origin": ["reference/h200", "local"], "wall_us_per_step": [507223.07, 1.5],
+                          "roofline_fraction": [0.5692, math.nan], "ratio_to_bare": [1.4271, 1.0],
+                          "batch": [1, 128000], "validated": [True, False],
+                          "kernel": ["void f<int>(x)", "g"]}, index=[52, 53])
+    styler = show_table(frame, caption="Synthetic rows.")
+    html = styler.to_html()
+    assert "row_heading" not in html and ">52<" not in html  # no positional index
+    assert _cells(styler) == [
+        ["H200 (shipped reference)", "507,223", "57%", "1.43x", "1", "yes", "void f&lt;int&gt;(x)"],
+        ["this machine", "1.5", MISSING, "1.00x", "128,000", "no", "g"]]
+    assert "Synthetic rows." in html and "not measured" in html
+    assert "wall (µs/step)" in html and "of roofline" in html
+    clean = show_table(frame.dropna()).to_html()
+    assert "not measured" not in clean  # the note appears only with a missing value
+
+
+def test_a_named_index_becomes_columns_and_labels_can_be_chosen():
+    frame = pd.DataFrame({"us": [1.0, 2.0]}, index=pd.Index(["a", "b"], name="layer"))
+    rows, labels = tidy(frame)
+    assert list(rows.columns) == ["layer", "us"] and labels["us"] == "us"
+    styler = show_table(frame, {"layer": "layer", "us": "µs per step"})
+    assert _cells(styler) == [["a", "1"], ["b", "2"]]
+    wide = pd.DataFrame([[1.0, 2.0]], columns=pd.MultiIndex.from_tuples([("count", "a"),
+                                                                        ("count", "b")]))
+    assert list(tidy(wide)[0].columns) == ["count a", "count b"]
+
+
+def test_bad_columns_are_named():
+    frame = pd.DataFrame({"a": [1], "b": [2]})
+    with pytest.raises(KeyError, match="'c'"):
+        show_table(frame, ["a", "c"])
+    with pytest.raises(ValueError, match="given twice"):
+        show_table(frame, {"a": "x", "b": "x"})
+
+
+def test_displayed_frames_go_through_the_helper():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from decodelab.plots.tables import register_formatter
+
+    shell = InteractiveShell.instance()
+    register_formatter()
+    html = shell.display_formatter.formatters["text/html"](
+        pd.DataFrame({"wall_us": [1234.5678]}))
+    assert "1,235" in html and "row_heading" not in html
+
+
+def test_palette_one_colour_per_quantity():
+    layers = ("dispatch", "replay", "node", "orchestration", "compute", "comm")
+    colours = [palette.quantity_color(q) for q in layers + ("GPU idle", "host CPU", "wall")]
+    assert len(set(colours)) == len(colours)  # no two quantities share a colour
+    assert palette.quantity_color("device busy") == palette.quantity_color("compute")
+    with pytest.raises(KeyError, match="known"):
+        palette.quantity_color("latency")
+    assert palette.origin_color("reference/t4") == palette.origin_color("reference/t4")
+    assert palette.origin_label("reference/h200x2") == "2× H200 (shipped reference)"
+    assert palette.origin_label("reference/t4") == "T4 (shipped reference)"
+    assert palette.origin_label("local") == "this machine"
