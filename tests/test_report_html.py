@@ -1,6 +1,8 @@
 """The consolidated report: notebook 05 built from a (synthetic) reference tree, the whole report
-built on CPU from the shipped reference data, and the exported HTML rendered in headless Chromium
-with every figure present and loaded, nothing fetched from the network."""
+built on CPU from the shipped reference data, and the exported HTML rendered in headless Chromium:
+every figure present and loaded, nothing fetched from the network, the summary before the first
+chapter, no table with a bare positional index or wider than the page, no log line and no path
+outside the repository in the text."""
 
 import html
 import json
@@ -26,20 +28,40 @@ needs_chromium = pytest.mark.skipif(
     "chromium when apt-get is available and it runs as root)")
 
 # Appended to a copy of the report: after the load event it records, on <body>, how many images
-# there are, how many are data URIs, how many failed to decode, and any resource not from the
-# page itself (data:/file:/blob:).
+# there are, how many are data URIs, how many failed to decode, any resource not from the page
+# itself (data:/file:/blob:), whether the summary comes before the first chapter, the tables
+# whose rows are headed by a bare positional index (0, 1, 2, ...) and the tables that reach
+# past the page's right edge.
 CHECK_SCRIPT = """<script>
 window.addEventListener('load', function () {
   var imgs = Array.prototype.slice.call(document.images);
   var broken = imgs.filter(function (i) { return !(i.complete && i.naturalWidth > 0); });
   var remote = performance.getEntriesByType('resource').map(function (e) { return e.name; })
     .filter(function (n) { return !/^(data|file|blob):/.test(n); });
+  var tables = Array.prototype.slice.call(document.querySelectorAll('table'));
+  var positional = tables.filter(function (t) {
+    var rows = t.tBodies.length ? Array.prototype.slice.call(t.tBodies[0].rows) : [];
+    var heads = rows.map(function (r) { var c = r.cells[0];
+      return c && c.tagName === 'TH' ? c.textContent.trim() : null; });
+    return heads.length > 0 && heads.every(function (h, i) {
+      return h !== null && /^-?[0-9]+$/.test(h) && (i === 0 || +h === +heads[i - 1] + 1); });
+  });
+  var page = document.documentElement.clientWidth;
+  var wide = tables.filter(function (t) { return t.getBoundingClientRect().right > page + 1; });
+  var summary = document.getElementById('summary');
+  var chapter = document.querySelector('a[id$="_environment"], a[id^="0"]');
   document.body.setAttribute('data-report-check', JSON.stringify({
     images: imgs.length,
     data_images: imgs.filter(function (i) { return i.src.indexOf('data:image/') === 0; }).length,
-    broken: broken.length, remote: remote}));
+    broken: broken.length, remote: remote, tables: tables.length,
+    positional_index: positional.map(function (t) { return t.innerText.slice(0, 80); }),
+    too_wide: wide.map(function (t) { return t.innerText.slice(0, 80); }),
+    summary_first: !!(summary && chapter &&
+      (summary.compareDocumentPosition(chapter) & Node.DOCUMENT_POSITION_FOLLOWING))}));
 });
 </script>"""
+# An absolute path (two or more segments) not preceded by a word, a dot or a URL scheme.
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/\\])/(?:[\w.+-]+/)+[\w.+-]*")
 
 
 @contextmanager
@@ -63,12 +85,30 @@ def render(report_html: Path, tmp: Path) -> dict:
     page.write_text(text.replace("</body>", CHECK_SCRIPT + "</body>"))
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
            "--no-first-run", "--disable-background-networking", "--disable-component-update",
+           "--window-size=1280,1000",
            "--disable-sync", f"--user-data-dir={tmp / 'profile'}", "--virtual-time-budget=10000",
            "--dump-dom", page.resolve().as_uri()]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
     match = re.search(r'data-report-check="([^"]*)"', out.stdout)
     assert match, f"the page's check did not run (rc={out.returncode}): {out.stderr[-2000:]}"
     return json.loads(html.unescape(match.group(1)))
+
+
+def visible_text(report_html: str) -> str:
+    """The report's text as a reader sees it (no scripts, styles, image data or tags)."""
+    text = re.sub(r"<(script|style)\b.*?</\1>", " ", report_html, flags=re.S | re.I)
+    text = re.sub(r"<[^>]+>", " ", text)
+    return html.unescape(text)
+
+
+def assert_reads_as_a_document(check: dict, report_html: str) -> None:
+    assert check["summary_first"], "the summary does not come before the first chapter"
+    assert check["positional_index"] == [], check["positional_index"]
+    assert check["too_wide"] == [], check["too_wide"]
+    text = visible_text(report_html)
+    assert "[bench]" not in text
+    outside = [m.group(0) for m in ABSOLUTE_PATH.finditer(text)] + re.findall(r"\.\./\S*", text)
+    assert outside == [], f"paths outside the repository: {outside[:5]}"
 
 
 def _png_outputs(executed: Path) -> int:
@@ -113,7 +153,10 @@ def test_report_notebook_shows_the_decomposition_from_reference(synthetic_05):
                      "runtime loop", 'href="#01_dispatch"'):
         assert expected in text, expected
     assert "no data yet" not in text
-    assert "data/reference/h200/" in text  # the title page names the reference data
+    assert "data/reference/h200/" in text  # the provenance section names the reference data
+    assert "tensor parallel" in text and "comm" in text
+    assert text.index('id="summary"') < text.index('id="05_report"') < text.index(
+        'id="conclusions"')
 
 
 def test_report_notebook_without_data_says_so(tmp_path):
@@ -134,6 +177,8 @@ def test_synthetic_report_renders_in_chromium(synthetic_05, tmp_path):
     check = render(page, tmp_path)
     assert check["images"] >= 1 and check["data_images"] == check["images"]
     assert check["broken"] == 0 and check["remote"] == []
+    assert check["tables"] >= 3
+    assert_reads_as_a_document(check, page.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -166,3 +211,4 @@ def test_full_report_renders_in_chromium(full_report, tmp_path):
     check = render(page, tmp_path)
     assert check["images"] == page.read_text().count('src="data:image/')
     assert check["images"] >= 1 and check["broken"] == 0 and check["remote"] == []
+    assert_reads_as_a_document(check, page.read_text())
