@@ -1,6 +1,6 @@
-// Persistent toy decode: device helpers shared by the kernel versions (persistent.cu holds
-// the first version, persistent_v2.cuh the second): geometry constants, the state-exchange
-// barriers, the cluster primitives (guarded so sm_75 builds compile), argmax and the run clock.
+// Persistent toy decode: device helpers of the kernel body (persistent_body.cuh): the cluster
+// primitives (guarded so sm_75 builds compile), the argmax key, the run clock and the stage
+// clock of the diagnostic build.
 #pragma once
 #include "persistent.cuh"
 
@@ -11,28 +11,7 @@
 namespace cg = cooperative_groups;
 
 namespace toyk {
-constexpr int kKMax = 32;  // most inputs per lane: H <= 1024 (lanes_for gives K = 8 up to H = 256)
 constexpr unsigned kFull = 0xffffffffu;
-
-// Shapes compiled with their weights in registers (block variant, 512 threads): see reg_kernel.
-constexpr int kRegThreads = 512;
-
-__host__ __device__ constexpr int lanes_for(int h) {
-    int p = 1;
-    while (p * 2 <= 32 && p * 2 * 8 <= h && h % (p * 2) == 0) p *= 2;
-    return p;
-}
-__host__ __device__ constexpr int rounds_for(int cols, int h, int threads) {
-    return (cols * lanes_for(h) + threads - 1) / threads;
-}
-__host__ __device__ constexpr int round4(int n) { return (n + 3) & ~3; }
-
-// Float offsets of the shared-memory sections and where each weight lives.
-struct Layout {
-    int group;                 // blocks per row
-    int ring, cand, bias, e, w, wout;
-    int w_place, wout_place, e_place;
-};
 
 // ---- architecture-guarded cluster primitives (sm_75 builds compile them as traps) ----------
 __device__ __forceinline__ void cluster_barrier() {
@@ -40,6 +19,12 @@ __device__ __forceinline__ void cluster_barrier() {
     cg::this_cluster().sync();
 #else
     __trap();
+#endif
+}
+// This thread's prior stores (remote ones too) visible to the whole cluster.
+__device__ __forceinline__ void cluster_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.acq_rel.cluster;" ::: "memory");
 #endif
 }
 __device__ __forceinline__ int cluster_rank() {
@@ -56,13 +41,6 @@ __device__ __forceinline__ T* cluster_map(T* p, int rank) {
 #else
     return p;
 #endif
-}
-
-template <int X>
-__device__ __forceinline__ void stage_barrier() {
-    if constexpr (X == kBlock) __syncthreads();
-    else if constexpr (X == kGrid) cg::this_grid().sync();
-    else cluster_barrier();
 }
 
 // Order-preserving float -> uint (larger float <=> larger uint); 0 is below every real value.
@@ -85,15 +63,6 @@ __device__ __forceinline__ void warp_argmax(unsigned& key, unsigned& idx) {
 #endif
 }
 
-template <int X>
-__device__ __forceinline__ float4 load4(const float* p) {
-    if constexpr (X == kGrid) return __ldcg(reinterpret_cast<const float4*>(p));
-    else return *reinterpret_cast<const float4*>(p);
-}
-__device__ __forceinline__ float4 load4_const(const float* p, bool global) {
-    return global ? __ldg(reinterpret_cast<const float4*>(p)) : *reinterpret_cast<const float4*>(p);
-}
-
 // The run clock of a kernel: SM cycles (clock64) and nanoseconds (%globaltimer) between two
 // reads by thread 0 of block 0, written as (cycles, ns) so the host can tell the SM clock.
 __device__ __forceinline__ unsigned long long global_ns() {
@@ -110,6 +79,65 @@ struct RunClock {
             out[0] = clock64() - cycles;
             out[1] = static_cast<long long>(global_ns() - ns);
         }
+    }
+};
+
+// The stage clock of the diagnostic build. Stage i < L is layer i, stage L the output
+// projection with its local argmax, stage L+1 the token (the row's argmax over the candidates,
+// the token and stop bookkeeping, up to the next step). For a stage that ends in a barrier:
+// work = from the previous boundary to the LAST warp's arrival at the barrier (the stage's
+// critical path), wait = from that arrival to thread 0 leaving the barrier (the barrier's own
+// latency, plus, across blocks, the other blocks' lag). Arrivals are the low 32 bits of clock64
+// (a native shared-memory atomicMax; a 64-bit one is a compare-and-swap loop that itself
+// distorts the stage), differences taken modulo 2^32. Summed over steps in shared memory by
+// thread 0; block 0's sums are written out. `kOn = false` compiles to nothing.
+template <bool kOn>
+struct StageClock {
+    __device__ StageClock(unsigned*, int) {}
+    __device__ __forceinline__ void arrive(int) {}
+    __device__ __forceinline__ void leave(int) {}
+    __device__ __forceinline__ void step() {}
+    __device__ __forceinline__ void write(long long*) {}
+};
+template <>
+struct StageClock<true> {
+    unsigned* last;  // (stages,) latest warp arrival at each barrier this step, low 32 bits
+    long long* sums; // (2 * stages,) work, wait per stage; thread 0 only
+    int n;           // stages = L + 2
+    long long prev;  // thread 0: the previous boundary (0 = none yet)
+    __device__ StageClock(unsigned* smem, int stages)
+        : last(smem), sums(reinterpret_cast<long long*>(smem + 2 * ((stages + 1) / 2))), n(stages), prev(0) {
+        if (threadIdx.x == 0) {
+            for (int i = 0; i < n; ++i) { last[i] = 0; sums[2 * i] = 0; sums[2 * i + 1] = 0; }
+        }
+    }
+    __device__ __forceinline__ void arrive(int i) {
+        __syncwarp();
+        if ((threadIdx.x & 31) == 0) atomicMax(last + i, static_cast<unsigned>(clock64()));
+    }
+    // After the barrier of stage i every warp's arrival is visible; the slot is reset for the
+    // next step (its next write follows at least one more barrier).
+    __device__ __forceinline__ void leave(int i) {
+        if (threadIdx.x == 0) {
+            const long long now = clock64();
+            const unsigned work = last[i] - static_cast<unsigned>(prev);
+            sums[2 * i] += work;
+            sums[2 * i + 1] += static_cast<unsigned>(now) - last[i];
+            last[i] = 0;
+            prev = now;
+        }
+    }
+    // Top of a step: the token stage of the previous step ends here.
+    __device__ __forceinline__ void step() {
+        if (threadIdx.x == 0) {
+            const long long now = clock64();
+            if (prev != 0) sums[2 * (n - 1)] += now - prev;
+            prev = now;
+        }
+    }
+    __device__ __forceinline__ void write(long long* out) {
+        if (out != nullptr && threadIdx.x == 0 && blockIdx.x == 0)
+            for (int i = 0; i < 2 * n; ++i) out[i] = sums[i];
     }
 };
 

@@ -1,28 +1,39 @@
 """Phase 3: the toy decode loop in one persistent CUDA kernel (``kernels/persistent.cu``).
 
-``run()`` executes N chained toy steps on the device in one launch (variants ``block``, ``grid``,
-``cluster``, and their second versions ``*_v2`` with one reduction round per output column),
-stopping on the device when a row emits the stop token. ``auto`` picks among the proven first
-versions, and takes a ``*_v2`` kernel only for a launch it validated in this process. ``validate()`` checks a
-variant against the eager torch reference on the same weights and device before anything is
-timed; ``bench()`` measures steps/s per variant next to the phase-2 graph replay on the same
-configurations, the barrier costs, and a latency model (stages x barrier + arithmetic).
+``run()`` executes N chained toy steps on the device in one launch, stopping on the device when a
+row emits the stop token. A variant is ``<exchange>_<design>``: the state exchange between stages
+(``block``, ``grid``, ``cluster``) times the design of a stage (``fixed``, ``wide``, ``narrow``
+work splits, and ``wide_fold``/``narrow_fold`` with the embedding folded into the first layer);
+all are one kernel body with these as policies. ``validate()`` checks a launch against the eager
+torch reference on the same weights and device before anything is timed; ``run(clocked=True)``
+runs the diagnostic build, which also returns cycles of work and barrier wait per stage.
 """
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 
 import torch
 
 from decodelab.core.validate import ConfigError, check_choice, check_int
+from decodelab.persistent import library
+from decodelab.persistent.library import DESIGNS, EXCHANGES, Plan
 from decodelab.toy import step as toy
 
-PROVEN = ("block", "grid", "cluster")  # version 1 (kernels/persistent.cu)
-VARIANTS = (*PROVEN, *(f"{v}_v2" for v in PROVEN))  # version 2: kernels/persistent_v2.cuh
-VARIANT_CODES = {name: code for code, name in enumerate(VARIANTS)}  # as toyk::Variant
+VARIANTS = tuple(f"{x}_{d}" for d in DESIGNS for x in EXCHANGES)  # code = design * 3 + exchange
+VARIANT_CODES = {name: code for code, name in enumerate(VARIANTS)}
 THREADS = (256, 512)
 MAX_HIDDEN = 1024
+
+
+def exchange_of(variant: str) -> str:
+    """The state exchange of a variant: 'block', 'grid' or 'cluster'."""
+    return variant.split("_", 1)[0]
+
+
+def design_of(variant: str) -> str:
+    return variant.split("_", 1)[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,27 +41,22 @@ class KernelConfig:
     """How the persistent kernel is launched: variant, threads per block, blocks per row (0 = auto)."""
 
     variant: str = "auto"
-    threads: int = 512
+    threads: int = 256
     group: int = 0
 
     def __post_init__(self) -> None:
         check_choice("KernelConfig", "variant", self.variant, ("auto", *VARIANTS))
         check_choice("KernelConfig", "threads", self.threads, THREADS)
         check_int("KernelConfig", "group", self.group, 0, 128)
-        if kind_of(self.variant) == "block" and self.group > 1:
-            raise ConfigError(f"KernelConfig.group={self.group}: the block variant uses one "
+        if exchange_of(self.variant) == "block" and self.group > 1:
+            raise ConfigError(f"KernelConfig.group={self.group}: the block exchange uses one "
                               "block per row (group 0 or 1)")
-        if kind_of(self.variant) == "cluster" and self.group > 16:
+        if exchange_of(self.variant) == "cluster" and self.group > 16:
             raise ConfigError(f"KernelConfig.group={self.group}: a cluster holds at most 16 blocks")
 
 
-def kind_of(variant: str) -> str:
-    """The state exchange of a variant: 'block', 'grid' or 'cluster' (``*_v2`` share it)."""
-    return variant.removesuffix("_v2")
-
-
 def check_shape(cfg: toy.ToyConfig) -> None:
-    """The kernels' shape limits (fp32; hidden a multiple of 4 up to 1024)."""
+    """The kernels' shape limits (fp32; hidden a multiple of 4 up to 1024: float4 state loads)."""
     if cfg.dtype != "float32":
         raise ConfigError(f"ToyConfig.dtype={cfg.dtype!r}: the persistent kernels run 'float32'")
     if cfg.hidden % 4 or cfg.hidden > MAX_HIDDEN:
@@ -69,55 +75,77 @@ class RunResult:
     x_final: torch.Tensor  # (B, H) state after each row's last step
     states: torch.Tensor | None  # (N, B, H) when recorded
     clock: torch.Tensor  # (2,) int64: SM cycles (clock64) and ns (%globaltimer) of the step loop
-    info: dict  # launch plan: variant, group, blocks, threads, placements, smem bytes
+    stages: torch.Tensor | None  # clocked: (L + 2, 2) int64 work, wait cycles summed over steps
+    plan: Plan
+    variant: str
+    buffers: tuple[torch.Tensor, ...]  # device scratch the launch uses (kept alive with it)
 
 
-def _ext():
-    from decodelab.core.kernel_build import load_persistent
+_LIB: list[ctypes.CDLL] = []
 
-    return load_persistent().module
+
+def lib() -> ctypes.CDLL:
+    """The kernels library for this GPU, built on first use (see core.kernel_build)."""
+    if not _LIB:
+        from decodelab.core.kernel_build import load_persistent
+
+        _LIB.append(library.bind(str(load_persistent().path)))
+    return _LIB[0]
 
 
 def cluster_available() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 
 
-# Launches of a second-version kernel that passed validate() in this process (see _launch_key),
-# and those that failed it or raised here (never eligible again in this process).
-_VALIDATED: set[tuple] = set()
-_FAILED: set[tuple] = set()
+def _shape_args(cfg: toy.ToyConfig, n_steps: int = 1, stop: int = -1) -> library.ToyArgs:
+    return library.ToyArgs(H=cfg.hidden, L=cfg.layers, V=cfg.vocab, B=cfg.batch, N=n_steps,
+                           stop=stop)
 
 
-def _launch_key(cfg: toy.ToyConfig, kcfg: KernelConfig) -> tuple:
-    return (kcfg.variant, cfg.hidden, cfg.layers, cfg.batch, cfg.vocab, kcfg.threads, kcfg.group)
+def plan(cfg: toy.ToyConfig, kcfg: KernelConfig) -> Plan:
+    """The launch plan for a shape (needs the GPU: limits come from the device)."""
+    check_shape(cfg)
+    variant = resolve_variant(cfg, kcfg)
+    info = library.LaunchInfo()
+    lib().toyk_plan(ctypes.byref(_shape_args(cfg)), VARIANT_CODES[variant], kcfg.threads,
+                    kcfg.group, torch.cuda.current_device(), ctypes.byref(info))
+    return library.plan_of(info)
+
+
+def _on_chip(p: Plan, variant: str) -> bool:
+    places = (p.w_place, p.wout_place) + ((p.e_place,) if exchange_of(variant) != "grid" else ())
+    return p.ok and "global" not in places
 
 
 def resolve_variant(cfg: toy.ToyConfig, kcfg: KernelConfig) -> str:
-    """``auto``: ``block`` when one block keeps every weight on chip, else ``cluster`` on sm_90+
-    (selected automatically when present), else ``grid`` — then the ``_v2`` kernel of that
-    variant only if validate() passed for this very launch in this process."""
+    """``auto``: the block exchange when one block keeps every weight on chip, else the cluster
+    (sm_90), else the grid; with the fold where it plans (the fastest design of the H200
+    reference on both named shapes), else ``wide``."""
     if kcfg.variant != "auto":
         return kcfg.variant
-    info = plan(cfg, KernelConfig("block", kcfg.threads))
-    if info["ok"] and "global" not in (info["w_place"], info["wout_place"], info["e_place"]):
-        base = "block"
-    else:
-        base = "cluster" if cluster_available() else "grid"
-    v2 = f"{base}_v2"
-    proven = _launch_key(cfg, KernelConfig(v2, kcfg.threads, kcfg.group)) in _VALIDATED
-    return v2 if proven else base
+    exchanges = ["block"] + (["cluster"] if cluster_available() else ["grid"])
+    for exchange in exchanges:
+        group = 0 if exchange == "block" else kcfg.group
+        for design in ("wide_fold", "wide"):
+            variant = f"{exchange}_{design}"
+            if _on_chip(plan(cfg, KernelConfig(variant, kcfg.threads, group)), variant):
+                return variant
+    return f"{exchanges[-1]}_wide"
 
 
-def plan(cfg: toy.ToyConfig, kcfg: KernelConfig) -> dict:
-    """The launch plan for a shape (needs the GPU: limits come from the device)."""
-    check_shape(cfg)
-    variant = kcfg.variant if kcfg.variant != "auto" else resolve_variant(cfg, kcfg)
-    return dict(_ext().plan(cfg.hidden, cfg.layers, cfg.vocab, cfg.batch, VARIANT_CODES[variant],
-                            kcfg.threads, kcfg.group), variant=variant)
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """Contiguous and 16-byte aligned (the kernels read the state and E rows as float4)."""
+    t = t.contiguous()
+    return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
 def run(weights: toy.ToyWeights, x0: torch.Tensor, n_steps: int, *, stop: int = -1,
-        kcfg: KernelConfig = KernelConfig(), record_states: bool = False) -> RunResult:
+        kcfg: KernelConfig = KernelConfig(), record_states: bool = False,
+        clocked: bool = False) -> RunResult:
     """``n_steps`` chained toy steps in one kernel launch (asynchronous: no sync here)."""
     from decodelab.core.device import require_cuda
 
@@ -131,114 +159,45 @@ def run(weights: toy.ToyWeights, x0: torch.Tensor, n_steps: int, *, stop: int = 
         raise ConfigError(f"persistent.run: weights ({weights.device}) and x0 ({x0.device}) must "
                           "be on the same CUDA device")
     variant = resolve_variant(cfg, kcfg)
-    tokens, steps, x_final, states, clock, info = _ext().run(
-        weights.w, weights.b, weights.w_out, weights.embed, x0.contiguous(), n_steps, stop,
-        VARIANT_CODES[variant], kcfg.threads, kcfg.group, record_states)
-    return RunResult(tokens, steps, x_final, states if record_states else None, clock,
-                     dict(info, variant=variant))
+    p = plan(cfg, kcfg if kcfg.variant != "auto" else KernelConfig(variant, kcfg.threads))
+    if not p.ok:
+        raise RuntimeError(f"persistent kernel {variant}: {p.why}")
+    opts = {"device": x0.device}
+    batch, hidden, layers = cfg.batch, cfg.hidden, cfg.layers
+    tokens = torch.full((n_steps, batch), -1, dtype=torch.int64, **opts)
+    steps = torch.zeros(batch, dtype=torch.int32, **opts)
+    x_final = torch.empty(batch, hidden, **opts)
+    states = torch.empty(n_steps, batch, hidden, **opts) if record_states else None
+    clock = torch.zeros(2, dtype=torch.int64, **opts)
+    stages = torch.zeros(layers + 2, 2, dtype=torch.int64, **opts) if clocked else None
+    scratch = torch.empty(batch * lib().toyk_scratch_floats(hidden, p.group, kcfg.threads), **opts)
+    done = torch.zeros(1, dtype=torch.int32, **opts)
+    w, b, w_out = (t.contiguous() for t in (weights.w, weights.b, weights.w_out))
+    embed, x = _aligned(weights.embed), _aligned(x0)
+    args = library.ToyArgs(_ptr(w), _ptr(b), _ptr(w_out), _ptr(embed), _ptr(x), _ptr(x_final),
+                           _ptr(states), _ptr(tokens), _ptr(steps), _ptr(scratch), _ptr(done),
+                           _ptr(clock), _ptr(stages), hidden, layers, cfg.vocab, batch, n_steps,
+                           stop)
+    info = library.LaunchInfo()
+    lib().toyk_launch(ctypes.byref(args), VARIANT_CODES[variant], kcfg.threads, p.group,
+                      int(clocked), torch.cuda.current_stream(x0.device).cuda_stream,
+                      x0.device.index or 0, ctypes.byref(info))
+    launched = library.plan_of(info)
+    if not launched.ok:
+        raise RuntimeError(f"persistent kernel {variant}: {launched.why}")
+    return RunResult(tokens, steps, x_final, states, clock, stages, launched, variant,
+                     (scratch, done, w, b, w_out, embed, x))
 
 
-def reference_with_stop(ref: toy.Trajectory, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokens (N, B) with -1 after each row's first ``stop`` token, and steps (B,) per row."""
-    tokens = ref.tokens.clone()
-    n_steps, batch = tokens.shape
-    steps = torch.full((batch,), n_steps, dtype=torch.int32)
-    if stop >= 0:
-        for row in range(batch):
-            hits = (tokens[:, row] == stop).nonzero()
-            if len(hits):
-                steps[row] = int(hits[0]) + 1
-                tokens[int(hits[0]) + 1:, row] = -1
-    return tokens, steps
+def barrier(kind: int, threads: int, blocks: int, iters: int, sink: torch.Tensor,
+            clock: torch.Tensor) -> None:
+    """Barrier microbenchmark: ``iters`` barriers of one kind (0 __syncthreads, 1 grid.sync,
+    2 cluster.sync) in one kernel; ``clock`` (2,) int64 gets block 0's cycles and ns."""
+    err = lib().toyk_barrier(kind, threads, blocks, iters, sink.data_ptr(), clock.data_ptr(),
+                             torch.cuda.current_stream().cuda_stream, torch.cuda.current_device())
+    if err:
+        raise RuntimeError(f"barrier benchmark: {lib().toyk_error_string(err).decode()}")
 
 
-@dataclass(frozen=True, slots=True)
-class Check:
-    """Outcome of one validation run against the eager reference."""
-
-    tokens_equal: bool
-    steps_equal: bool
-    first_mismatch: tuple[int, int] | None  # (step, row)
-    margin: float | None  # reference logit(ref token) - logit(kernel token) at the mismatch
-    max_state_err: float
-    state_tol: float
-
-    @property
-    def ok(self) -> bool:
-        return self.tokens_equal and self.steps_equal and self.max_state_err <= self.state_tol
-
-    def describe(self) -> str:
-        if self.ok:
-            return f"ok (max state error {self.max_state_err:.2e} <= {self.state_tol:.2e})"
-        parts = []
-        if self.first_mismatch is not None:
-            step, row = self.first_mismatch
-            parts.append(f"token differs at step {step}, row {row} (reference logit margin of the "
-                         f"two candidates {self.margin:.3g})")
-        if not self.steps_equal:
-            parts.append("steps taken differ")
-        if self.max_state_err > self.state_tol:
-            parts.append(f"state error {self.max_state_err:.2e} > tolerance {self.state_tol:.2e}")
-        return "; ".join(parts)
-
-
-def compare(weights: toy.ToyWeights, x0: torch.Tensor, ref: toy.Trajectory, got: RunResult,
-            stop: int = -1) -> Check:
-    """Tokens must be identical, steps exact, states within toy.state_tolerance."""
-    exp_tokens, exp_steps = reference_with_stop(ref, stop)
-    tokens, steps = got.tokens.cpu(), got.steps.cpu()
-    diff = (tokens != exp_tokens.cpu()).nonzero()
-    first, margin = None, None
-    if len(diff):
-        step, row = (int(v) for v in diff[0])
-        first = (step, row)
-        x_before = ref.states[step - 1, row:row + 1] if step > 0 else x0[row:row + 1]
-        if 0 <= int(tokens[step, row]) < ref_vocab(weights):
-            logits = toy.logits_of(weights, x_before)[0]
-            margin = float(logits[exp_tokens[step, row]] - logits[tokens[step, row]])
-        else:
-            margin = float("nan")
-    n_valid = int(exp_steps.max())
-    tol = toy.state_tolerance(ref.states[:n_valid], torch.float32)
-    err = 0.0
-    if got.states is not None:
-        mask = (exp_tokens[:n_valid] >= 0).to(ref.states.device)[..., None]
-        err = float(((got.states[:n_valid] - ref.states[:n_valid]).abs() * mask).max())
-    rows = torch.arange(ref.states.shape[1])
-    final_ref = ref.states[(exp_steps - 1).long().to(ref.states.device), rows.to(ref.states.device)]
-    err = max(err, float((got.x_final - final_ref).abs().max()))
-    return Check(first is None, bool(torch.equal(steps, exp_steps)), first, margin, err, tol)
-
-
-def ref_vocab(weights: toy.ToyWeights) -> int:
-    return weights.w_out.shape[1]
-
-
-def validate(weights: toy.ToyWeights, x0: torch.Tensor, ref: toy.Trajectory, kcfg: KernelConfig,
-             stop: int = -1) -> Check:
-    """Run ``len(ref.tokens)`` steps with states recorded and compare with the reference.
-
-    A named second-version launch that passes becomes eligible for ``auto`` in this process;
-    one that fails (or raises) is withdrawn."""
-    cfg = toy.ToyConfig(hidden=x0.shape[1], layers=weights.w.shape[0], batch=x0.shape[0],
-                        vocab=weights.w_out.shape[1])
-    key = _launch_key(cfg, kcfg)
-    _VALIDATED.discard(key)
-    try:
-        got = run(weights, x0, ref.tokens.shape[0], stop=stop, kcfg=kcfg, record_states=True)
-        torch.cuda.synchronize()
-    except Exception:
-        _FAILED.add(key)
-        raise
-    check = compare(weights, x0, ref, got, stop)
-    if not check.ok:
-        _FAILED.add(key)
-    elif kcfg.variant.endswith("_v2") and key not in _FAILED:
-        _VALIDATED.add(key)
-    return check
-
-
-def stop_token_for(ref: toy.Trajectory) -> int:
-    """A stop token that row 0 emits part-way (so stopping is exercised), from the reference."""
-    n_steps = ref.tokens.shape[0]
-    return int(ref.tokens[n_steps // 3, 0])
+def device_attrs() -> dict:
+    return library.device_attrs(lib(), torch.cuda.current_device())

@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 
+from decodelab.persistent.analysis import MODEL_TOLERANCE, TARGETS, kernels, stage_table
 from decodelab.plots import origin_label
 
-PERSISTENT = ("block", "grid", "cluster", "block_v2", "grid_v2", "cluster_v2")
-GRAPHS = ("graph_k1", "graph_best")
-LABELS = {"block": "persistent: block", "grid": "persistent: grid (cooperative)",
-          "cluster": "persistent: cluster (sm_90)", "block_v2": "persistent: block v2",
-          "grid_v2": "persistent: grid v2", "cluster_v2": "persistent: cluster v2",
-          "graph_k1": "graph replay, 1 step", "graph_best": "graph replay, best K steps"}
-
-
-def timed(frame: pd.DataFrame) -> pd.DataFrame:
-    """Persistent-kernel rows that were validated and timed (a failed variant has no timing)."""
-    rows = frame[frame["variant"].isin(PERSISTENT)].dropna(subset=["us_per_step"])
-    if "validated" in rows:
-        rows = rows[rows["validated"].astype(str) == "True"]
-    return rows
+GRAPHS = {"graph_k1": "graph replay, 1 step", "graph_best": "graph replay, best K steps"}
 
 
 def _origin_suffix(frame: pd.DataFrame) -> str:
@@ -30,75 +19,106 @@ def _origin_suffix(frame: pd.DataFrame) -> str:
 
 
 def steps_vs_hidden(frame: pd.DataFrame) -> plt.Figure:
-    """Steps/s against hidden size (B=1, L=4) per variant, with graph replay on the same shapes."""
-    rows = frame[(frame["sweep"] == "hidden")]
+    """Steps/s against hidden size (B=1, L=4, V=256) per variant at 256 threads, with the graph
+    replay on the same shapes (dashed)."""
+    rows = frame[(frame["layers"] == 4) & (frame["batch"] == 1) & (frame["vocab"] == 256)]
+    timed = kernels(rows)
+    timed = timed[(timed["threads"] == 256) & (timed["sweep"].isin(["named", "hidden"]))]
     fig, ax = plt.subplots()
-    rows = pd.concat([timed(rows), rows[rows["variant"].isin(GRAPHS)]])
-    for variant in (*PERSISTENT, *GRAPHS):
-        sub = rows[rows["variant"] == variant].sort_values("hidden")
+    for variant, sub in timed.groupby("variant"):
+        sub = sub.sort_values("steps_per_s").groupby("hidden").tail(1).sort_values("hidden")
+        if len(sub) > 1:
+            ax.plot(sub["hidden"], sub["steps_per_s"], "-", marker="o", label=variant)
+    for variant, label in GRAPHS.items():
+        sub = rows[rows["variant"] == variant].groupby("hidden")["steps_per_s"].max()
         if len(sub):
-            style = "--" if variant in GRAPHS else "-"
-            ax.plot(sub["hidden"], sub["steps_per_s"], style, marker="o", label=LABELS[variant])
+            ax.plot(sub.index, sub.values, "--", marker="s", color="gray" if "k1" in variant
+                    else "black", label=label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("hidden size H (L=4, B=1, V=256)")
     ax.set_ylabel("steps / s")
     ax.set_title("Persistent kernel against graph replay" + _origin_suffix(rows))
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="x-small", ncol=2)
+    return fig
+
+
+def named_configs(frame: pd.DataFrame) -> plt.Figure:
+    """Steps/s of every validated launch on the two named configs, the single-step graph and
+    the target marked."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, (name, (target, _)) in zip(axes, TARGETS.items(), strict=True):
+        hidden = 64 if name == "ultra-light" else 256
+        rows = frame[(frame["hidden"] == hidden) & (frame["layers"] == 4)
+                     & (frame["batch"] == 1) & (frame["sweep"] == "named")]
+        timed = kernels(rows).sort_values("steps_per_s")
+        labels = [f"{v} T{t} G{g}" for v, t, g in
+                  zip(timed["variant"], timed["threads"], timed["group"], strict=True)]
+        ax.barh(labels, timed["steps_per_s"], color="tab:blue")
+        graph = rows[rows["variant"] == "graph_k1"]["steps_per_s"]
+        if len(graph):
+            ax.axvline(graph.max(), color="gray", ls="--", label="graph replay, 1 step")
+        ax.axvline(target, color="tab:red", ls=":", label=f"target {target:,.0f}")
+        ax.set_xscale("log")
+        ax.set_xlabel("steps / s")
+        ax.set_title(name)
+        ax.tick_params(axis="y", labelsize="x-small")
+        ax.legend(fontsize="x-small")
+    fig.suptitle("Every variant on the named configs" + _origin_suffix(frame))
+    fig.tight_layout()
     return fig
 
 
 def model_vs_measured(frame: pd.DataFrame) -> plt.Figure:
-    """Latency model (barriers x cost + arithmetic) against measurement, per variant: in SM
-    cycles (model_cycles vs the kernel's own clock64 cycles_per_step) where the table has them,
-    so the comparison does not depend on the clock the SM ran at; else in µs."""
-    rows = timed(frame)
-    in_cycles = ({"model_cycles", "cycles_per_step"} <= set(rows.columns) and
-                 len(rows.dropna(subset=["model_cycles", "cycles_per_step"])) > 0)
-    model, measured, unit = (("model_cycles", "cycles_per_step", "SM cycles") if in_cycles
-                             else ("model_us", "us_per_step", "µs"))
-    rows = rows.dropna(subset=[model, measured])
+    """Measured cycles per step against the stage model (filled) and the peak model (open),
+    with the ±25% band around model = measured."""
+    rows = kernels(frame).dropna(subset=["cycles_per_step", "model_cycles"])
     fig, ax = plt.subplots()
-    for variant in PERSISTENT:
-        sub = rows[rows["variant"] == variant]
+    for exchange, marker in (("block", "o"), ("grid", "s"), ("cluster", "^")):
+        sub = rows[rows["variant"].str.startswith(exchange)]
         if len(sub):
-            ax.scatter(sub[model], sub[measured], label=LABELS[variant])
+            ax.scatter(sub["model_cycles"], sub["cycles_per_step"], marker=marker,
+                       label=f"{exchange}: stage model")
+            ax.scatter(sub["peak_model_cycles"], sub["cycles_per_step"], marker=marker,
+                       facecolors="none", edgecolors="gray", label=f"{exchange}: peak model")
     if len(rows):
-        lo = min(rows[model].min(), rows[measured].min())
-        hi = max(rows[model].max(), rows[measured].max())
-        ax.plot([lo, hi], [lo, hi], "k:", label="model = measured")
+        lo = min(rows["model_cycles"].min(), rows["peak_model_cycles"].min(),
+                 rows["cycles_per_step"].min())
+        hi = max(rows["model_cycles"].max(), rows["cycles_per_step"].max())
+        xs = np.geomspace(lo, hi, 50)
+        ax.plot(xs, xs, "k:", label="model = measured")
+        ax.fill_between(xs, xs / (1 + MODEL_TOLERANCE), xs / (1 - MODEL_TOLERANCE),
+                        color="gray", alpha=0.15, label="model within 25%")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel(f"model {unit}/step (stages × barrier + arithmetic)")
-    ax.set_ylabel(f"measured {unit}/step")
-    ax.set_title("Latency model against measurement" + _origin_suffix(rows))
-    ax.legend(fontsize="small")
+    ax.set_xlabel("model (SM cycles / step)")
+    ax.set_ylabel("measured (SM cycles / step)")
+    ax.set_title("Latency models against measurement" + _origin_suffix(rows))
+    ax.legend(fontsize="x-small")
     return fig
 
 
-def regime_shift(frame: pd.DataFrame) -> plt.Figure:
-    """µs/step split for B=1, L=4 shapes: barrier time, arithmetic, and the rest of the step,
-    next to the single-step graph replay (replay gone, compute left)."""
-    rows = frame[(frame["sweep"] == "hidden")]
-    best = timed(rows).sort_values("us_per_step").groupby("hidden", as_index=False).head(1)
-    best = best.sort_values("hidden").reset_index(drop=True)
-    graph = rows[rows["variant"] == "graph_k1"].set_index("hidden")["us_per_step"]
-    fig, ax = plt.subplots()
-    if len(best):
-        x = range(len(best))
-        barrier = best["barriers_per_step"] * best["barrier_us"]
-        arith = (best["model_us"] - barrier).clip(lower=0)
-        rest = (best["us_per_step"] - barrier - arith).clip(lower=0)
-        ax.bar(x, barrier, label="barriers (measured cost × stages)")
-        ax.bar(x, arith, bottom=barrier, label="arithmetic at peak FMA rate")
-        ax.bar(x, rest, bottom=barrier + arith, label="rest (latency of loads, shuffles, tanh)")
-        ax.plot(x, [graph.get(h, float("nan")) for h in best["hidden"]], "k--o",
-                label="graph replay, 1 step")
-        ax.set_xticks(list(x), [f"H={h}\n{v}" for h, v in zip(best["hidden"], best["variant"],
-                                                              strict=True)])
-    ax.set_ylabel("µs / step")
-    ax.set_title("Where a step's time goes (fastest variant per H)" + _origin_suffix(rows))
-    ax.legend(fontsize="small")
+def stage_breakdown(stages: pd.DataFrame, name: str) -> plt.Figure:
+    """Where a step's cycles go on one named config: per launch, each stage's work and the wait
+    at its barrier (diagnostic build), stacked."""
+    wide = stage_table(stages, name)
+    fig, ax = plt.subplots(figsize=(10, 0.35 * max(len(wide), 4) + 1.5))
+    if len(wide):
+        labels = [f"{v} T{t} G{g}" for v, t, g in
+                  zip(wide["variant"], wide["threads"], wide["group"], strict=True)]
+        left = np.zeros(len(wide))
+        parts = [c for c in wide.columns if c.endswith((" work", " wait"))]
+        colors = plt.get_cmap("tab20")
+        for i, col in enumerate(parts):
+            values = wide[col].fillna(0).to_numpy()
+            ax.barh(labels, values, left=left, color=colors(i % 20),
+                    hatch="//" if col.endswith("wait") else None, label=col)
+            left += values
+        ax.tick_params(axis="y", labelsize="x-small")
+    ax.set_xlabel("SM cycles per step (diagnostic build)")
+    ax.set_title(f"Stages of one step, {name}" + _origin_suffix(stages))
+    ax.legend(fontsize="xx-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
     return fig
 
 
@@ -107,7 +127,8 @@ def barrier_costs(frame: pd.DataFrame) -> plt.Figure:
     fig, ax = plt.subplots()
     for name, sub in frame.groupby("barrier"):
         size = sub["threads"] if name == "syncthreads" else sub["blocks"]
-        ax.plot(size, sub["us"], marker="o", label=f"{name} (x: {'threads' if name == 'syncthreads' else 'blocks'})")
+        what = "threads" if name == "syncthreads" else "blocks"
+        ax.plot(size, sub["us"], marker="o", label=f"{name} (x: {what})")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("threads (syncthreads) or blocks (grid, cluster)")
