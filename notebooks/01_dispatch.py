@@ -170,7 +170,8 @@ else:
 #
 # Pick H, L and B: the nearest measured configuration (in log distance) is shown for every mode,
 # in the colours above. Under a batch run (`interactive=False`) or without ipywidgets, the
-# sweep's base configuration is shown as a static figure.
+# sweep's base configuration is shown as a static figure, unless a named config above already
+# shows it.
 
 # %%
 rows, first = nb.explorer_rows(gpu, cpu)
@@ -191,6 +192,10 @@ else:
 
         widgets.interact(show, hidden=choice("hidden"), layers=choice("layers"),
                          batch=choice("batch"))
+    elif (named := nb.shown_as(rows, first)) is not None:
+        display(Markdown(f"The sweep's base (H={first['hidden']}, L={first['layers']}, "
+                         f"B={first['batch']}) is the `{named}` config shown above; the "
+                         "explorer is interactive in JupyterLab."))
     else:
         fig = figs.point_figure(nearest_point(rows, first["hidden"], first["layers"],
                                               first["batch"]))

@@ -77,7 +77,7 @@ if pm is None:
 # ## Step time against batch and context, and % of roofline
 #
 # Left: ms per decode step (every sequence gets one new token) against batch, graph (teal) and
-# eager (wine), one line style per context; the grey line of the same style is the HBM floor,
+# eager (wine), one line style per context; the grey line of the same style is the memory floor,
 # the bytes the step must move (weights, `batch` embedding rows, the K/V attended) at the copy
 # bandwidth measured in the same run. Right: the floor as a share of the measured step, the
 # **% of roofline**. Eager pays the host's dispatch on top of the graph's step. As batch and
@@ -91,7 +91,7 @@ if pm is not None:
     display(Markdown(nb.step_prose(pm, params.batch, params.context)))
     display(show_table(view, {
         "origin": "source", "mode": "mode", "batch": "batch", "context": "context",
-        "ms_per_token": "step (ms)", "floor_ms": "HBM floor (ms)",
+        "ms_per_token": "step (ms)", "floor_ms": "memory floor (ms)",
         "above_floor_ms": "above the floor (ms)", "roofline_fraction": "of roofline",
         "achieved_gb_s": "achieved (GB/s)", "tokens_per_s": "tokens/s"}))
 

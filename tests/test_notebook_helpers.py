@@ -59,6 +59,9 @@ def test_dispatch_explorer_prefers_gpu_rows_and_the_sweep():
     rows, first = dispatch_nb.explorer_rows(gpu.iloc[0:0], cpu)
     assert set(rows["origin"]) == {"local"}
     assert dispatch_nb.explorer_rows(gpu.iloc[0:0], cpu.iloc[0:0])[1] is None
+    sweep = gpu[gpu["config"] == "sweep"]
+    assert dispatch_nb.shown_as(gpu, sweep.iloc[0]) is None  # H=256: no named config there
+    assert dispatch_nb.shown_as(gpu, gpu[gpu["config"] == "ultra-light"].iloc[0]) == "ultra-light"
 
 
 def test_dispatch_ratio_lines_name_config_origin_and_seed():

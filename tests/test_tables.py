@@ -45,14 +45,16 @@ def test_columns_get_labels_with_units():
 def test_show_table_hides_the_index_formats_and_notes_missing_values():
     frame = pd.DataFrame({"origin": ["reference/h200", "local"], "wall_us_per_step": [507223.07, 1.5],
                           "roofline_fraction": [0.5692, math.nan], "ratio_to_bare": [1.4271, 1.0],
+                          "of_copy": [0.747, 0.05],
                           "batch": [1, 128000], "validated": [True, False],
                           "kernel": ["void f<int>(x)", "g"]}, index=[52, 53])
     styler = show_table(frame, caption="Synthetic rows.")
     html = styler.to_html()
     assert "row_heading" not in html and ">52<" not in html  # no positional index
     assert _cells(styler) == [
-        ["H200 (shipped reference)", "507,223", "57%", "1.43x", "1", "yes", "void f&lt;int&gt;(x)"],
-        ["this machine", "1.5", MISSING, "1.00x", "128,000", "no", "g"]]
+        ["H200 (shipped reference)", "507,223", "57%", "1.43x", "75%", "1", "yes",
+         "void f&lt;int&gt;(x)"],
+        ["this machine", "1.5", MISSING, "1.00x", "5.0%", "128,000", "no", "g"]]
     assert "Synthetic rows." in html and "not measured" in html
     assert "wall (µs/step)" in html and "of roofline" in html
     clean = show_table(frame.dropna()).to_html()

@@ -111,3 +111,11 @@ def explorer_rows(gpu: pd.DataFrame, cpu: pd.DataFrame) -> tuple[pd.DataFrame, p
     rows = frame[frame["origin"] == origins(frame)[0]]
     sweep = rows[rows["config"] == "sweep"]
     return rows, (sweep.iloc[0] if not sweep.empty else rows.iloc[0])
+
+
+def shown_as(rows: pd.DataFrame, point: pd.Series) -> str | None:
+    """The named config measured at the same (H, L, B) as ``point`` (already drawn in the
+    per-config figure), or None."""
+    same = rows[(rows["config"] != "sweep") & (rows["hidden"] == point["hidden"])
+                & (rows["layers"] == point["layers"]) & (rows["batch"] == point["batch"])]
+    return str(same["config"].iloc[0]) if not same.empty else None

@@ -61,16 +61,15 @@ def step_prose(pm: pd.DataFrame, batch: int, context: int) -> str:
     and how the share of the roofline moves from the smallest to the largest batch."""
     lines = []
     for origin in dict.fromkeys(pm["origin"]):
-        graph = analysis.point(pm, origin, "graph", batch, context)
-        eager = analysis.point(pm, origin, "eager", batch, context)
+        b, c, moved = _nearest_point(pm, origin, batch, context)
+        graph = analysis.point(pm, origin, "graph", b, c)
+        eager = analysis.point(pm, origin, "eager", b, c)
         fast = graph if graph is not None else eager
         if fast is None:
-            lines.append(f"- {_label(origin)}: batch {batch} at context {context} was not "
-                         "measured.")
             continue
         floor = float(analysis.floor_ms(fast))
-        text = (f"- **{_label(origin)}**, `{fast['model']}` ({fast['dtype']}), batch {batch}, "
-                f"context {context}: the {fast['mode']} step takes {fast['ms_per_token']:.3g} ms "
+        text = (f"- **{_label(origin)}**, `{fast['model']}` ({fast['dtype']}), batch {b}, "
+                f"context {c}{moved}: the {fast['mode']} step takes {fast['ms_per_token']:.3g} ms "
                 f"({fast['tokens_per_s']:,.0f} tokens/s), **{fast['roofline_fraction']:.0%} of "
                 f"the roofline**: its {fast['bytes_per_step'] / 1e9:.3g} GB at the measured "
                 f"copy bandwidth ({fast['copy_gb_s']:,.0f} GB/s) need {floor:.3g} ms.")
@@ -80,6 +79,18 @@ def step_prose(pm: pd.DataFrame, batch: int, context: int) -> str:
                      "host issuing kernels one by one, the dispatch layer.")
         lines.append(text + _batch_trend(pm, origin, fast["mode"], context))
     return "\n".join(lines)
+
+
+def _nearest_point(pm: pd.DataFrame, origin: str, batch: int, context: int
+                   ) -> tuple[int, int, str]:
+    """(batch, context) to read an origin at: the asked point when measured, else its smallest
+    measured batch at its shortest context, with a note saying so."""
+    ours = pm[(pm["origin"] == origin) & pm["mode"].isin(analysis.OURS)]
+    if ((ours["batch"] == batch) & (ours["context"] == context)).any() or ours.empty:
+        return batch, context, ""
+    c = int(ours["context"].min())
+    b = int(ours[ours["context"] == c]["batch"].min())
+    return b, c, f" (batch {batch} at context {context} not measured here)"
 
 
 def _batch_trend(pm: pd.DataFrame, origin: str, mode: str, context: int) -> str:

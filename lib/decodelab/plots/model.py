@@ -44,7 +44,7 @@ def step_vs_batch(view: pd.DataFrame) -> plt.Figure:
                           **kw)
             floor = at.drop_duplicates("batch").sort_values("batch")
             ax.plot(floor["batch"], floor["floor_ms"], ls=style, color=quantity_color(
-                "memory floor"), lw=2, alpha=0.7, label=f"HBM floor, context {context}")
+                "memory floor"), lw=2, alpha=0.7, label=f"memory floor, context {context}")
         model = sel["model"].iloc[0]
         ax.set(yscale="log", xlabel="batch (sequences decoding)", ylabel="ms per step",
                title=f"{origin_label(origin)}: {model}, step time")

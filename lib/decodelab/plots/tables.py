@@ -98,7 +98,7 @@ def formatter(name: str, column: pd.Series) -> Callable[[object], str]:
         return str
     if lower.startswith("r2"):
         return lambda v: f"{v:.4f}"
-    if any(w in lower for w in _PERCENT_WORDS):
+    if lower.startswith("of_") or any(w in lower for w in _PERCENT_WORDS):
         return _percent
     if any(w in lower for w in _RATIO_WORDS):
         return lambda v: f"{v:,.2f}x"
@@ -160,7 +160,8 @@ def show_table(frame: pd.DataFrame, columns: Sequence[str] | Mapping[str, str] |
                if pd.api.types.is_numeric_dtype(rows[c]) and not pd.api.types.is_bool_dtype(rows[c])]
     text_cols = [label for label in shown.columns if label not in numeric]
     if numeric:
-        styler = styler.set_properties(subset=numeric, **{"text-align": "right"})
+        styler = styler.set_properties(subset=numeric, **{"text-align": "right",
+                                                          "white-space": "nowrap"})
     if text_cols:
         styler = styler.set_properties(subset=text_cols, **{"text-align": "left"})
     text = " ".join(part for part in (caption, note) if part)
