@@ -85,7 +85,7 @@ else:
                      "the figures below use the stored results only."))
 
 frame, stages, barriers = stored("persistent"), stored("persistent_stages"), stored("persistent_barriers")
-ncu, hotspots, sanitizer = stored("persistent_ncu"), stored("persistent_hotspots"), stored("persistent_sanitizer")
+ncu, sanitizer = stored("persistent_ncu"), stored("persistent_sanitizer")
 if frame is None:
     display(Markdown("No stored results for table `persistent` yet (neither shipped reference "
                      "nor local): run `make bench-gpu` on a GPU machine to produce them."))
@@ -128,19 +128,17 @@ if stages is not None:
 # %% [markdown]
 # ## What the SM waits on (Nsight Compute)
 #
-# Warp-state sampling of the candidate launches: per issued instruction, how many cycles a
+# Warp-state statistics of the candidate launches: per issued instruction, how many cycles a
 # warp spends stalled, by reason. `short_scoreboard` is waiting on shared memory (and shuffles,
 # special functions); `mio_throttle` is the shared-memory pipe being full; `barrier` is waiting at
 # `__syncthreads` / `cluster.sync`. Shared-memory wavefronts per step count the shared-memory
-# pipe's work: at most one wavefront per SM cycle, so they bound a step from below. Below, the
-# SASS lines where the most stalls were sampled.
+# pipe's work: at most one wavefront per SM cycle, so they bound a step from below; bank
+# conflicts are the wavefronts spent because several lanes hit one bank. (Both are summed over
+# the SMs a launch uses.)
 
 # %%
 if ncu is not None:
     display(plots.show_table(analysis.stall_table(ncu)))
-if hotspots is not None:
-    display(plots.show_table(hotspots[hotspots["rank"] < 3],
-                             ["config", "variant", "threads", "rank", "sass", "share"]))
 
 # %% [markdown]
 # ## A latency model that explains the kernel

@@ -122,16 +122,6 @@ def test_parse_ncu_raw_and_kernel_names():
     assert launches == [("h256", 16)]
 
 
-def test_parse_ncu_source_hotspots():
-    src = ('"Address","Source","Warp Stall Sampling (All Samples)"\n'
-           '"0x10","LDS.128 R4, [R1]","30"\n"0x20","FFMA R1, R2, R3, R1","10"\n'
-           '"0x30","BAR.SYNC 0x0","60"\n')
-    name = "void toy_kernel<SplitFixed, ClusterX, 512, Dyn, false, false>(ToyArgs, Layout)"
-    got = profile.parse_source(src, [("h256", 8)], [name], top=2)
-    assert [h.sass for h in got] == ["BAR.SYNC 0x0", "LDS.128 R4, [R1]"]
-    assert math.isclose(got[0].share, 0.6) and got[0].variant == "cluster_fixed"
-
-
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_ctypes_structs_mirror_the_header(tmp_path):
     """The sizes of toyk::ToyArgs and toyk::LaunchInfo as nvcc lays them out equal the ctypes

@@ -10,8 +10,8 @@ Tables written by :func:`run_bench`:
   measured in the same run on the same shapes.
 - ``persistent_stages``: the stage clock of every timed launch (rows.StageRow).
 - ``persistent_barriers``: µs and cycles per barrier (__syncthreads, grid.sync, cluster.sync).
-- ``persistent_sanitizer``, ``persistent_ncu``, ``persistent_hotspots`` (gpu profile, where the
-  tools exist): compute-sanitizer over every variant; ncu stall reasons and hot spots.
+- ``persistent_sanitizer``, ``persistent_ncu`` (gpu profile, where the tools exist):
+  compute-sanitizer over every variant; ncu stall reasons and shared-memory wavefronts.
 """
 
 from __future__ import annotations
@@ -165,8 +165,7 @@ def run_bench(profile_name: str, out_dir: Path) -> list[Path]:
     if profile_name == "gpu":
         check = load_persistent(check=True).path
         paths += table("persistent_sanitizer", tools.run_sanitizer(check, timeout_s=120))
-        ncu_rows, hotspots = tools.run_ncu(check, timeout_s=150)
-        paths += table("persistent_ncu", ncu_rows) + table("persistent_hotspots", hotspots)
+        paths += table("persistent_ncu", tools.run_ncu(check, timeout_s=150))
     print(f"[persistent] bench done in {time.perf_counter() - t0:.1f} s", flush=True)
     return paths
 

@@ -1,6 +1,6 @@
 """The standalone check (``kernels/persistent_check.cu``) under the CUDA tools: compute-sanitizer
 (memcheck, racecheck) over every variant, and Nsight Compute (``ncu``: warp-state stall
-reasons, shared-memory wavefronts, source-level hot spots) over the candidate launches.
+reasons, shared-memory wavefronts and bank conflicts) over the candidate launches.
 
 Each tool is optional: where it is missing or fails, the bench says so and writes no rows for
 it. Parsing is separate from running (``parse_*``), so it is tested on CPU.
@@ -41,18 +41,6 @@ class NcuRow:
     group: int
     metric: str  # e.g. stall_short_scoreboard (cycles per issued instruction), shared_wavefronts_per_step
     value: float
-
-
-@dataclass(frozen=True, slots=True)
-class HotspotRow:
-    config: str
-    variant: str
-    threads: int
-    rank: int
-    address: str
-    sass: str
-    stall_samples: float
-    share: float  # of the kernel's sampled stalls
 
 
 def find_tool(name: str) -> str | None:
@@ -142,61 +130,26 @@ def parse_raw(raw_csv: str, launches: list[tuple[str, int]], steps: int) -> list
     return out
 
 
-def parse_source(source_csv: str, launches: list[tuple[str, int]], kernels: list[str],
-                 top: int = 8) -> list[HotspotRow]:
-    """The ``top`` SASS lines by sampled warp stalls per kernel, from ``ncu --page source``:
-    each kernel's block starts with a header line naming the columns."""
-    out, block, header = [], -1, None
-    per_kernel: list[list[tuple[float, str, str]]] = []
-    for row in csv.reader(io.StringIO(source_csv)):
-        if any("Warp Stall Sampling (All" in c for c in row) and any("Source" in c for c in row):
-            header, block = row, block + 1
-            per_kernel.append([])
-            continue
-        if header is None or len(row) != len(header):
-            continue
-        rec = dict(zip(header, row, strict=True))
-        samples = _number(next(v for k, v in rec.items() if "Warp Stall Sampling (All" in k))
-        per_kernel[block].append((samples, rec.get("Address", ""), rec.get("Source", "")))
-    for k, lines in enumerate(per_kernel[:len(launches)]):
-        total = sum(s for s, _, _ in lines if s == s) or 1.0
-        variant, threads = variant_of(kernels[k]) if k < len(kernels) else ("", 0)
-        ranked = sorted((x for x in lines if x[0] == x[0]), key=lambda x: -x[0])[:top]
-        for rank, (samples, address, sass) in enumerate(ranked):
-            out.append(HotspotRow(launches[k][0], variant, threads, rank, address, sass.strip(),
-                                  samples, samples / total))
-    return out
-
-
-def run_ncu(check: Path, timeout_s: float) -> tuple[list[NcuRow], list[HotspotRow]]:
+def run_ncu(check: Path, timeout_s: float) -> list[NcuRow]:
     ncu = find_tool("ncu")
     if ncu is None:
         print("[persistent] ncu not found: no profile", flush=True)
-        return [], []
+        return []
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "prof"
         cmd = [ncu, "--clock-control", "none", "--kernel-name", "regex:toy_kernel",
-               "--section", "WarpStateStats", "--section", "SourceCounters", "--section",
-               "MemoryWorkloadAnalysis_Tables", "-o", str(report), str(check), "profile",
+               "--section", "WarpStateStats", "--section", "MemoryWorkloadAnalysis_Tables",
+               "-o", str(report), str(check), "profile",
                str(PROFILE_STEPS)]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             print("[persistent] ncu: timed out, no profile", flush=True)
-            return [], []
+            return []
         rep = report.with_suffix(".ncu-rep")
         if not rep.exists():
             print(f"[persistent] ncu: no report ({done.stderr[-500:]})", flush=True)
-            return [], []
-        launches = _launches(done.stdout)
-
-        def page(*args: str) -> str:
-            return subprocess.run([ncu, "--import", str(rep), *args, "--csv"], capture_output=True,
-                                  text=True, timeout=timeout_s).stdout
-
-        raw = page("--page", "raw")
-        by_id = {r[0]: r[4] for r in csv.reader(io.StringIO(page("--page", "details")))
-                 if len(r) > 4 and r[0].isdigit()}
-        kernels = [by_id[k] for k in sorted(by_id, key=int)]
-        return (parse_raw(raw, launches, PROFILE_STEPS),
-                parse_source(page("--page", "source", "--print-source", "sass"), launches, kernels))
+            return []
+        raw = subprocess.run([ncu, "--import", str(rep), "--page", "raw", "--csv"],
+                             capture_output=True, text=True, timeout=timeout_s).stdout
+        return parse_raw(raw, _launches(done.stdout), PROFILE_STEPS)
