@@ -1,7 +1,6 @@
-"""The passes over whole rows of the fused sampler (``fused_sampler`` has the whole design):
-the row x chunk kernels, the exact per-row passes of rows whose kept set is larger than the
-buffer (``solve_row``), and the helpers: the order-preserving key of a float, the gap bins,
-the load of a row's (penalised) logits, the plan that the histogram gives. GPU only, imported
+"""The row x chunk passes of the fused sampler (``fused_sampler`` has the whole design), and
+the Triton helpers both files share: the order-preserving key of a float, the gap bins, the
+load of a row's (penalised) logits, the plan that the histogram gives. GPU only, imported
 lazily.
 """
 
@@ -164,77 +163,3 @@ def gather_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr,
             left_out = tl.maximum(left_out, tl.max(tl.where(mask & ~inb, z, float("-inf")),
                                                     axis=0))
         tl.store(cout_ptr + row * C + c, left_out)
-
-
-@triton.jit
-def above(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, t, PENALTIES: tl.constexpr,
-           TILE: tl.constexpr):
-    """(count, mass) of the row's tokens with key(z) >= t: one pass over the row."""
-    cnt = tl.full((), 0, tl.int32)
-    mass = tl.full((), 0.0, tl.float32)
-    for start in range(0, V, TILE):
-        offs = start + tl.arange(0, TILE)
-        mask = offs < V
-        z = load_z(l_ptr, l_stride, w_ptr, pen, row, offs, mask, V, PENALTIES)
-        sel = mask & (order_key(z) >= t)
-        cnt += tl.sum(sel.to(tl.int32), axis=0)
-        mass += tl.sum(tl.where(sel, tl.exp((z - zmax) * invt), 0.0), axis=0)
-    return cnt, mass
-
-
-@triton.jit
-def cumulate(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, t, min_p, target,
-              PENALTIES: tl.constexpr, TILE: tl.constexpr):
-    """Over the kept tokens in id order: (their mass, how many running sums are < target)."""
-    run = tl.full((), 0.0, tl.float32)
-    cnt = tl.full((), 0, tl.int32)
-    for start in range(0, V, TILE):
-        offs = start + tl.arange(0, TILE)
-        mask = offs < V
-        z = load_z(l_ptr, l_stride, w_ptr, pen, row, offs, mask, V, PENALTIES)
-        e = tl.exp((z - zmax) * invt)
-        keep = mask & (order_key(z) >= t) & (e >= min_p)
-        cum = tl.cumsum(tl.where(keep, e, 0.0), axis=0) + run
-        cnt += tl.sum((cum < target).to(tl.int32), axis=0)
-        run = tl.max(cum, axis=0)
-    return run, cnt
-
-
-@triton.jit
-def solve_row(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, has_k, k, top_p, min_p, u,
-               total_all, PENALTIES: tl.constexpr, TILE: tl.constexpr):
-    """Exact passes over the whole row: (token, threshold)."""
-    hi0 = order_key(zmax).to(tl.int64)
-    tk = tl.full((), KEY_NINF, tl.int64)
-    total = total_all
-    if has_k:
-        lo = tk
-        hi = hi0
-        while lo < hi:  # the largest t with count(key >= t) >= k: the k-th value's key
-            mid = lo + (hi - lo + 1) // 2
-            cnt, _ = above(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, mid, PENALTIES,
-                            TILE)
-            if cnt >= k:
-                lo = mid
-            else:
-                hi = mid - 1
-        tk = lo
-        _, total = above(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, tk, PENALTIES, TILE)
-    t = tk
-    if top_p < 1.0:
-        lo = tk
-        hi = hi0
-        while lo < hi:  # the smallest t with mass(key > t) < top_p * total
-            mid = lo + (hi - lo) // 2
-            _, m = above(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, mid + 1, PENALTIES,
-                          TILE)
-            if m < top_p * total:
-                hi = mid
-            else:
-                lo = mid + 1
-        t = lo
-    kept, _ = cumulate(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, t, min_p, -1.0,
-                        PENALTIES, TILE)
-    _, token = cumulate(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, t, min_p, u * kept,
-                         PENALTIES, TILE)
-    return token, from_key(t)

@@ -14,15 +14,12 @@ within rounding of a boundary may resolve the other way.
    copies its tokens with bin <= b* into the row's buffer in token order, at the offset the
    histograms give (no atomics), and reports the largest z it left out.
 4. ``_solve`` (one program per row): greedy rows take the argmax. A sampling row whose kept
-   set provably lies in its buffer solves there without sorting: for each buffer value, the
-   count and the mass of the buffer values strictly greater (blocks of PAIRS x PAIRS pairs,
-   n^2 for n candidates, small) give tau_k (the least value with fewer than k above it) and
-   tau_p (the least with a mass above below top_p times the top-k mass), then the draw runs
-   over the buffer in id order; any other row (top-k beyond the buffer, a nucleus larger
-   than it, min-p or no filter at all over a flat row) takes exact passes over its row:
-   bisection on the order-preserving integer key of z for tau_k and tau_p (32 passes each at
-   most), and two passes for the draw. Then the output row, ``last_token[slot]`` and the
-   penalty count of the sampled token.
+   set provably lies in its buffer sorts the buffer's values (at most BUF, in registers) for
+   tau_k and tau_p and draws from it; any other row (top-k beyond the buffer, a nucleus
+   larger than it, min-p or no filter at all over a flat row) takes exact passes over its
+   row: bisection on the order-preserving integer key of z for tau_k and tau_p (32 passes
+   each at most), and two passes for the draw. Then the output row, ``last_token[slot]``
+   and the penalty count of the sampled token.
 
 A row's work depends only on its own logits and parameters: the same token alone or in any
 batch, with or without penalties in other rows.
@@ -40,93 +37,127 @@ from decodelab.engine.fused_passes import (
     BUF,
     CHUNK,
     GREEDY,
+    KEY_NINF,
     NB,
     TILE,
+    from_key,
     gather_kernel,
     has_penalties,
     histogram_kernel,
+    load_z,
+    order_key,
     plan,
-    solve_row,
     stats_kernel,
 )
-
-PAIRS = 64  # the buffer solve's blocks of value pairs, PAIRS x PAIRS
 
 if TYPE_CHECKING:  # the reference imports this module lazily: no circle
     from decodelab.engine.sampler import PenaltyState, RowParams, SamplerMode
 
 
 @triton.jit
-def _greater(bufz_ptr, row, n, zi, zmax, invt, MASS: tl.constexpr, IB: tl.constexpr,
-             JB: tl.constexpr, BUF: tl.constexpr):
-    """For values zi (IB,): how many buffer values are strictly greater, and their mass."""
-    cnt = tl.zeros((IB,), tl.int32)
-    mass = tl.zeros((IB,), tl.float32)
-    for j0 in range(0, n, JB):
-        offs = j0 + tl.arange(0, JB)
-        zj = tl.load(bufz_ptr + row * BUF + offs, mask=offs < n, other=float("-inf"))
-        gt = (zj[None, :] > zi[:, None]) & (offs < n)[None, :]  # (IB, JB)
-        cnt += tl.sum(gt.to(tl.int32), axis=1)
-        if MASS:
-            ej = tl.exp((zj - zmax) * invt)
-            mass += tl.sum(tl.where(gt, ej[None, :], 0.0), axis=1)
+def _above(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, t, PENALTIES: tl.constexpr,
+           TILE: tl.constexpr):
+    """(count, mass) of the row's tokens with key(z) >= t: one pass over the row."""
+    cnt = tl.full((), 0, tl.int32)
+    mass = tl.full((), 0.0, tl.float32)
+    for start in range(0, V, TILE):
+        offs = start + tl.arange(0, TILE)
+        mask = offs < V
+        z = load_z(l_ptr, l_stride, w_ptr, pen, row, offs, mask, V, PENALTIES)
+        sel = mask & (order_key(z) >= t)
+        cnt += tl.sum(sel.to(tl.int32), axis=0)
+        mass += tl.sum(tl.where(sel, tl.exp((z - zmax) * invt), 0.0), axis=0)
     return cnt, mass
 
 
 @triton.jit
-def _buffer_block(bufz_ptr, row, n, i0, zmax, invt, IB: tl.constexpr, BUF: tl.constexpr):
-    offs = i0 + tl.arange(0, IB)
-    valid = offs < n
-    z = tl.load(bufz_ptr + row * BUF + offs, mask=valid, other=float("-inf"))
-    return z, tl.where(valid, tl.exp((z - zmax) * invt), 0.0), valid
+def _cumulate(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, t, min_p, target,
+              PENALTIES: tl.constexpr, TILE: tl.constexpr):
+    """Over the kept tokens in id order: (their mass, how many running sums are < target)."""
+    run = tl.full((), 0.0, tl.float32)
+    cnt = tl.full((), 0, tl.int32)
+    for start in range(0, V, TILE):
+        offs = start + tl.arange(0, TILE)
+        mask = offs < V
+        z = load_z(l_ptr, l_stride, w_ptr, pen, row, offs, mask, V, PENALTIES)
+        e = tl.exp((z - zmax) * invt)
+        keep = mask & (order_key(z) >= t) & (e >= min_p)
+        cum = tl.cumsum(tl.where(keep, e, 0.0), axis=0) + run
+        cnt += tl.sum((cum < target).to(tl.int32), axis=0)
+        run = tl.max(cum, axis=0)
+    return run, cnt
+
+
+@triton.jit
+def _solve_row(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, has_k, k, top_p, min_p, u,
+               total_all, PENALTIES: tl.constexpr, TILE: tl.constexpr):
+    """Exact passes over the whole row: (token, threshold)."""
+    hi0 = order_key(zmax).to(tl.int64)
+    tk = tl.full((), KEY_NINF, tl.int64)
+    total = total_all
+    if has_k:
+        lo = tk
+        hi = hi0
+        while lo < hi:  # the largest t with count(key >= t) >= k: the k-th value's key
+            mid = lo + (hi - lo + 1) // 2
+            cnt, _ = _above(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, mid, PENALTIES,
+                            TILE)
+            if cnt >= k:
+                lo = mid
+            else:
+                hi = mid - 1
+        tk = lo
+        _, total = _above(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, tk, PENALTIES, TILE)
+    t = tk
+    if top_p < 1.0:
+        lo = tk
+        hi = hi0
+        while lo < hi:  # the smallest t with mass(key > t) < top_p * total
+            mid = lo + (hi - lo) // 2
+            _, m = _above(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, mid + 1, PENALTIES,
+                          TILE)
+            if m < top_p * total:
+                hi = mid
+            else:
+                lo = mid + 1
+        t = lo
+    kept, _ = _cumulate(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, t, min_p, -1.0,
+                        PENALTIES, TILE)
+    _, token = _cumulate(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, t, min_p, u * kept,
+                         PENALTIES, TILE)
+    return token, from_key(t)
 
 
 @triton.jit
 def _solve_buffer(bufz_ptr, bufi_ptr, row, n, zmax, invt, has_k, k, top_p, min_p, u,
-                  total_all, left_out, IB: tl.constexpr, JB: tl.constexpr, BUF: tl.constexpr):
-    """The row's buffer (its n tokens of the gap bins <= b*, in id order): (token, threshold,
-    True if the kept set lies in the buffer, i.e. the result holds). No sort: each value's
-    count and mass of strictly greater values, blocks of IB x JB pairs (n is small)."""
-    tk = tl.full((), float("inf"), tl.float32)
-    total_k = tl.full((), 0.0, tl.float32)
-    buf_mass = tl.full((), 0.0, tl.float32)
-    for i0 in range(0, n, IB):  # tau_k: the least value with fewer than k values above it
-        z, e, valid = _buffer_block(bufz_ptr, row, n, i0, zmax, invt, IB, BUF)
-        buf_mass += tl.sum(e, axis=0)
-        if has_k:
-            above, _ = _greater(bufz_ptr, row, n, z, zmax, invt, False, IB, JB, BUF)
-            in_k = valid & (above < k)
-            tk = tl.minimum(tk, tl.min(tl.where(in_k, z, float("inf")), axis=0))
-            total_k += tl.sum(tl.where(in_k, e, 0.0), axis=0)
-    tk = tl.where(has_k, tk, float("-inf"))
-    total = tl.where(has_k, total_k, total_all)
-    tp = tl.full((), float("-inf"), tl.float32)
-    if top_p < 1.0:  # tau_p: the least value of the top-k set with mass above < top_p * total
-        tp = tl.full((), float("inf"), tl.float32)
-        for i0 in range(0, n, IB):
-            z, e, valid = _buffer_block(bufz_ptr, row, n, i0, zmax, invt, IB, BUF)
-            _, above = _greater(bufz_ptr, row, n, z, zmax, invt, True, IB, JB, BUF)
-            keep = valid & (z >= tk) & (above < top_p * total)
-            tp = tl.minimum(tp, tl.min(tl.where(keep, z, float("inf")), axis=0))
+                  total_all, left_out, BUF: tl.constexpr):
+    """The row's buffer (its n largest-gap-bin tokens, in id order): (token, threshold, True
+    if the kept set lies in the buffer, i.e. the result holds)."""
+    offs = tl.arange(0, BUF)
+    valid = offs < n
+    z = tl.load(bufz_ptr + row * BUF + offs, mask=valid, other=float("-inf"))
+    e = tl.where(valid, tl.exp((z - zmax) * invt), 0.0)
+    sz = from_key(tl.sort(order_key(z), descending=True))  # values, descending
+    se = tl.where(valid, tl.exp((sz - zmax) * invt), 0.0)
+    tk = tl.where(has_k, tl.max(tl.where(offs == k - 1, sz, float("-inf")), axis=0),
+                  float("-inf"))
+    in_k = valid & (sz >= tk)
+    c = tl.cumsum(tl.where(in_k, se, 0.0), axis=0)
+    total = tl.where(has_k, tl.max(c, axis=0), total_all)
+    n_k = tl.sum(in_k.to(tl.int32), axis=0)
+    last = tl.sum(((c < top_p * total) & (offs < n_k - 1)).to(tl.int32), axis=0)
+    tp = tl.where(top_p < 1.0, tl.max(tl.where(offs == last, sz, float("-inf")), axis=0),
+                  float("-inf"))
     tau = tl.maximum(tk, tp)
     # tokens left out of the buffer are below all of it: the kept set lies inside if top-k
     # stops above them, min-p drops them, or the top-p mass is reached inside
     e_out = tl.exp((left_out - zmax) * invt)
     inside = (has_k | (left_out == float("-inf")) | (e_out < min_p)
-              | ((top_p < 1.0) & (buf_mass >= top_p * total)))
-    kept = tl.full((), 0.0, tl.float32)
-    for i0 in range(0, n, IB):  # the kept mass, then the draw: running sums in id order
-        z, e, valid = _buffer_block(bufz_ptr, row, n, i0, zmax, invt, IB, BUF)
-        cum = tl.cumsum(tl.where(valid & (z >= tau) & (e >= min_p), e, 0.0), axis=0) + kept
-        kept = tl.max(cum, axis=0)
-    run = tl.full((), 0.0, tl.float32)
-    pos = tl.full((), 0, tl.int32)
-    for i0 in range(0, n, IB):
-        z, e, valid = _buffer_block(bufz_ptr, row, n, i0, zmax, invt, IB, BUF)
-        cum = tl.cumsum(tl.where(valid & (z >= tau) & (e >= min_p), e, 0.0), axis=0) + run
-        pos += tl.sum((cum < u * kept).to(tl.int32), axis=0)
-        run = tl.max(cum, axis=0)
-    return tl.load(bufi_ptr + row * BUF + pos), tau, inside
+              | ((top_p < 1.0) & (tl.max(c, axis=0) >= top_p * total)))
+    cum = tl.cumsum(tl.where(valid & (z >= tau) & (e >= min_p), e, 0.0), axis=0)
+    pos = tl.sum((cum < u * tl.max(cum, axis=0)).to(tl.int32), axis=0)
+    idx = tl.load(bufi_ptr + row * BUF + offs, mask=valid, other=-1)
+    return tl.max(tl.where(offs == pos, idx, -1), axis=0), tau, inside
 
 
 @triton.jit(do_not_specialize=["step"])
@@ -134,8 +165,7 @@ def _solve(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_p
            topp_ptr, minp_ptr, u_ptr, slot_ptr, cmax_ptr, carg_ptr, cbad_ptr, hist_ptr,
            cmass_ptr, cout_ptr, bufz_ptr, bufi_ptr, out_ptr, tau_ptr, last_ptr, counts_ptr, V, C,
            step, PENALTIES: tl.constexpr, SAMPLING: tl.constexpr,
-           TILE: tl.constexpr, CP2: tl.constexpr, NB: tl.constexpr, BUF: tl.constexpr,
-           PAIRS: tl.constexpr):
+           TILE: tl.constexpr, CP2: tl.constexpr, NB: tl.constexpr, BUF: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     ch = tl.arange(0, CP2)
     maxes = tl.load(cmax_ptr + row * C + ch, mask=ch < C, other=float("-inf"))
@@ -160,12 +190,11 @@ def _solve(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_p
             inside = zmax != zmax  # False (a tensor, as the branch below assigns)
             if (n >= 1) & (n <= BUF):
                 token, tau, inside = _solve_buffer(bufz_ptr, bufi_ptr, row, n, zmax, invt, has_k,
-                                                   k, top_p, min_p, u, total_all, left_out,
-                                                   PAIRS, PAIRS, BUF)
+                                                   k, top_p, min_p, u, total_all, left_out, BUF)
             if not inside:
-                token, tau = solve_row(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, has_k,
+                token, tau = _solve_row(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, has_k,
                                         k, top_p, min_p, u, total_all, PENALTIES, TILE)
-    token = tl.where(bad, 0, token.to(tl.int64))
+    token = tl.where(bad, 0, token).to(tl.int64)
     tl.store(out_ptr + row, tl.where(bad, -1, token))
     tl.store(tau_ptr + row, tau)
     if step != 0:  # a run-time flag: one compiled kernel for a graph's warm-up and its body
@@ -211,7 +240,7 @@ def _launch(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
     _solve[(b,)](logits, logits.stride(0), w, *pens, p.temperature, inv_t, p.top_k, p.top_p,
                  p.min_p, p.uniform, p.slot, cmax, carg, cbad, hist, cmass, cout, bufz, bufi,
                  out, tau, last_token if step else out, counts, v, c, int(step), PENALTIES=pen,
-                 SAMPLING=sampling, TILE=TILE, CP2=cp2, NB=NB, BUF=BUF, PAIRS=PAIRS, num_warps=4)
+                 SAMPLING=sampling, TILE=TILE, CP2=cp2, NB=NB, BUF=BUF, num_warps=8)
     return tau
 
 
