@@ -81,13 +81,21 @@ def technique_costs(runtime: pd.DataFrame) -> str:
 
 
 def sampler_ratios(samplers: pd.DataFrame) -> str:
-    """Markdown, one line per origin: full-vocabulary sort over partial selection, device time."""
+    """Markdown, one line per origin: full-vocabulary sort over partial selection, and partial
+    selection over the fused sampler where it ran, device time."""
     from decodelab.plots import origin_label
 
     s = samplers.set_index(["origin", "variant"])["device_us"]
+
+    def fused(o) -> str:
+        if (o, "fused") not in s.index:
+            return ""
+        return (f"; partial selection / fused sampler = "
+                f"{s[(o, 'partial_topk')] / s[(o, 'fused')]:.1f}x ({s[(o, 'fused')]:.0f} µs)")
+
     return "\n".join(
         f"- {origin_label(o)}: full sort / partial selection = "
-        f"{s[(o, 'full_sort')] / s[(o, 'partial_topk')]:.1f}x"
+        f"{s[(o, 'full_sort')] / s[(o, 'partial_topk')]:.1f}x{fused(o)}"
         for o in samplers["origin"].unique()
         if (o, "full_sort") in s.index and (o, "partial_topk") in s.index)
 

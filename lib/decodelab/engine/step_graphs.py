@@ -7,8 +7,9 @@ step's inputs (``StaticBatch.prepare``), then
                                           input buffers, with positions, cache slots, block
                                           tables and context lengths;
     forward (phase 4a's ``DecodeGraphs``)  the model, replayed;
-    sample  (a graph per bucket and mode)  ``sampling.sample_step``: the whole batched
-                                          sampler with the last-token scatter, the penalty
+    sample  (a graph per bucket and mode)  ``sampler.sample_step``: the whole batched
+                                          sampler (the fused Triton kernels on a GPU with
+                                          Triton) with the last-token scatter, the penalty
                                           counts and the packed output row;
 
 then one device -> pinned copy of the packed tokens. Eagerly the same work is ~40 kernel
