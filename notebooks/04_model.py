@@ -138,10 +138,11 @@ else:
     display(Markdown("No kernel profile stored (it is measured on a GPU only)."))
 linear = tables.get("paged_model_linear")
 if linear is not None:
-    display(show_table(linear, {
+    display(show_table(analysis.linear_choices(linear), {
         "origin": "source", "n": "n (out)", "k": "k (in)", "swiglu": "SwiGLU fused",
-        "candidate": "candidate", "us": "µs", "weight_gb_s": "weights (GB/s)",
-        "chosen": "chosen"}, caption="Each batch-1 matmul shape's candidates."))
+        "candidate": "chosen", "us": "µs", "weight_gb_s": "weights (GB/s)",
+        "cublas_us": "cuBLAS (µs)", "vs_cublas": "cuBLAS / chosen"},
+        caption="Each batch-1 matmul shape: the fastest candidate, which the model uses."))
 
 # %% [markdown]
 # ## Attention at long context

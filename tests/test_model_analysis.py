@@ -109,6 +109,14 @@ def test_kernel_bytes_left_out_when_the_calls_disagree():
     assert not math.isnan(no_linear.loc["attention", "bytes_per_step"])
 
 
+def test_linear_choices_compare_the_chosen_candidate_with_cublas():
+    lin = _linear().assign(us=lambda f: f["candidate"].map({"cublas": 2.0, "gemv_8x512w4": 1.0}))
+    choices = analysis.linear_choices(lin).set_index("candidate")
+    assert choices.loc["cublas", "vs_cublas"] == 1.0  # o: cuBLAS chosen
+    gemv = choices.loc["gemv_8x512w4"]
+    assert len(gemv) == 3 and (gemv["vs_cublas"] == 2.0).all()
+
+
 def test_attention_marginal_rate_and_capture_cost():
     m = analysis.attention_marginal(_pm()).set_index("batch")
     assert m.loc[1, "extra_kv_bytes"] == pytest.approx(0.4 * GB)

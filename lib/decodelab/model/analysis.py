@@ -167,6 +167,18 @@ def _assign_bytes(ks: pd.DataFrame, config, nbytes: int, linear: pd.DataFrame | 
     return ks
 
 
+def linear_choices(linear: pd.DataFrame) -> pd.DataFrame:
+    """Per origin and batch-1 matmul shape: the candidate the model uses, its time and weight
+    bandwidth, and cuBLAS's time on the same shape (``vs_cublas`` = cuBLAS / chosen)."""
+    lin = _with_origin(linear)
+    keys = ["origin", "n", "k", "swiglu"]
+    chosen = lin[lin["chosen"].astype(str) == "True"].set_index(keys)
+    cublas = lin[lin["candidate"] == "cublas"].set_index(keys)["us"].rename("cublas_us")
+    out = chosen[["candidate", "us", "weight_gb_s"]].join(cublas).reset_index()
+    out["vs_cublas"] = out["cublas_us"] / out["us"]
+    return out
+
+
 def attention_marginal(pm: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
     """Attention's bandwidth read off the step itself: between the shortest and the longest
     measured context at one batch, the weights read are the same, so the extra time is the
