@@ -44,7 +44,8 @@ class NotebookParams(BaseParams):
 
     @property
     def origin(self) -> str:
-        return f"reference/{self.reference}"
+        """The origin decomposed: a reference folder, or ``local`` (this machine's results)."""
+        return "local" if self.reference == "local" else f"reference/{self.reference}"
 
     @property
     def is_headline(self) -> bool:
