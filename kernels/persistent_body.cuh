@@ -49,13 +49,17 @@ __device__ __forceinline__ float4 gather4(const float* m, int ld, int r0, int ro
     return v;
 }
 
-// Lane chunk of a vector: xr[0, K) = v[i0, i0 + K) through `ld4(i)` (i a multiple of 4).
+// Lane p's chunk of a vector, interleaved: its j-th float4 is the vector's float4 j * P + p,
+// so the lanes of a column read consecutive 16-byte words (one shared-memory wavefront per
+// quarter warp; contiguous K-float chunks put 4 lanes on one bank at K = 16). `ld4(i)` reads
+// v[i, i + 4); the weights are packed to match (row4()).
+__host__ __device__ constexpr int row4(int k4, int p, int P) { return 4 * (k4 * P + p); }
 template <int KM, class Ld>
-__device__ __forceinline__ void load_chunk(float (&xr)[KM], int K, int i0, Ld ld4) {
+__device__ __forceinline__ void load_chunk(float (&xr)[KM], int K, int p, int P, Ld ld4) {
 #pragma unroll
     for (int k = 0; k < KM; k += 4)
         if (k < K) {
-            const float4 v = ld4(i0 + k);
+            const float4 v = ld4(row4(k / 4, p, P));
             xr[k] = v.x; xr[k + 1] = v.y; xr[k + 2] = v.z; xr[k + 3] = v.w;
         }
 }
@@ -121,7 +125,7 @@ __global__ void __launch_bounds__(T, 1) toy_kernel(ToyArgs a, Layout lay) {
     StageClock<kClocked> clk(reinterpret_cast<unsigned*>(smem + lay.clk), L + 2);
 
     // ---- load this block's weights once ------------------------------------------------------
-    // Layer weights of round r, chunk k4: rows pl*KL + 4*k4.., column g*CL + r*(T/PL) + cl.
+    // Layer weights of round r, chunk k4: rows row4(k4, pl, PL).., column g*CL + r*(T/PL) + cl.
     float4 wl[kRegs ? S::L * kRL * kKL / 4 : 1];
     float4 wo[kRegs ? kRO * kKO / 4 : 1];
     float breg[kRegs ? S::L * kRL : 1];
@@ -135,14 +139,14 @@ __global__ void __launch_bounds__(T, 1) toy_kernel(ToyArgs a, Layout lay) {
 #pragma unroll
                 for (int k4 = 0; k4 < kKL / 4; ++k4)
                     wl[(l * kRL + r) * (kKL / 4) + k4] =
-                        gather4(a.w + (size_t)l * H * H, H, pl * kKL + 4 * k4, H, g * CL + col, col < nl);
+                        gather4(a.w + (size_t)l * H * H, H, row4(k4, pl, kGL.p), H, g * CL + col, col < nl);
             }
 #pragma unroll
         for (int r = 0; r < kRO; ++r)
 #pragma unroll
             for (int k4 = 0; k4 < kKO / 4; ++k4) {
                 const int col = r * (T / kGO.p) + co;
-                wo[r * (kKO / 4) + k4] = gather4(a.w_out, V, po * kKO + 4 * k4, H, g * CO + col, col < no);
+                wo[r * (kKO / 4) + k4] = gather4(a.w_out, V, row4(k4, po, kGO.p), H, g * CO + col, col < no);
             }
     } else {
         float4* w4 = reinterpret_cast<float4*>(smem + lay.w);
@@ -152,7 +156,7 @@ __global__ void __launch_bounds__(T, 1) toy_kernel(ToyArgs a, Layout lay) {
                     for (int k4 = 0; k4 < KL / 4; ++k4) {
                         const int col = r * (T / PL) + cl;
                         w4[((l * RL + r) * (KL / 4) + k4) * TAl + t] =
-                            gather4(a.w + (size_t)l * H * H, H, pl * KL + 4 * k4, H, g * CL + col, col < nl);
+                            gather4(a.w + (size_t)l * H * H, H, row4(k4, pl, PL), H, g * CL + col, col < nl);
                     }
         float4* o4 = reinterpret_cast<float4*>(smem + lay.wout);
         if (lay.wout_place == kShared && t < TAo)
@@ -160,7 +164,7 @@ __global__ void __launch_bounds__(T, 1) toy_kernel(ToyArgs a, Layout lay) {
                 for (int k4 = 0; k4 < KO / 4; ++k4) {
                     const int col = r * (T / PO) + co;
                     o4[(r * (KO / 4) + k4) * TAo + t] =
-                        gather4(a.w_out, V, po * KO + 4 * k4, H, g * CO + col, col < no);
+                        gather4(a.w_out, V, row4(k4, po, PO), H, g * CO + col, col < no);
                 }
         for (int i = t; i < L * CL; i += T)
             smem[lay.bias + i] = (i % CL) < nl ? a.b[(i / CL) * H + g * CL + i % CL] : 0.f;
@@ -194,14 +198,14 @@ __global__ void __launch_bounds__(T, 1) toy_kernel(ToyArgs a, Layout lay) {
         else if (lay.w_place == kShared)
             return t < TAl ? reinterpret_cast<const float4*>(smem + lay.w)[((l * RL + r) * (KL / 4) + k4) * TAl + t]
                            : make_float4(0.f, 0.f, 0.f, 0.f);
-        else return gather4(a.w + (size_t)l * H * H, H, pl * KL + 4 * k4, H, g * CL + col, col < nl);
+        else return gather4(a.w + (size_t)l * H * H, H, row4(k4, pl, PL), H, g * CL + col, col < nl);
     };
     auto w_output = [&](int r, int k4, int col) -> float4 {
         if constexpr (kRegs) return wo[r * (kKO / 4) + k4];
         else if (lay.wout_place == kShared)
             return t < TAo ? reinterpret_cast<const float4*>(smem + lay.wout)[(r * (KO / 4) + k4) * TAo + t]
                            : make_float4(0.f, 0.f, 0.f, 0.f);
-        else return gather4(a.w_out, V, po * KO + 4 * k4, H, g * CO + col, col < no);
+        else return gather4(a.w_out, V, row4(k4, po, PO), H, g * CO + col, col < no);
     };
     auto bias = [&](int l, int r, int col) -> float {
         if constexpr (kRegs) return breg[l * kRL + r];
@@ -238,16 +242,16 @@ __global__ void __launch_bounds__(T, 1) toy_kernel(ToyArgs a, Layout lay) {
             const bool folded = kFold && l == 0 && s > 0;
             if (!folded) {
                 if (l == 0 && s == 0) {
-                    load_chunk(xr, KL, pl * KL, [&](int i) { return in_h(xrow0, i); });
+                    load_chunk(xr, KL, pl, PL, [&](int i) { return in_h(xrow0, i); });
                 } else if (l == 0) {  // x = 0.5 * (x_L + E[tok]), fused into the first layer's input
                     const float* e = e_row(tok);
-                    load_chunk(xr, KL, pl * KL, [&](int i) {
+                    load_chunk(xr, KL, pl, PL, [&](int i) {
                         const float4 v = X::ld4(in + i), u = in_h(e, i);
                         return make_float4(0.5f * (v.x + u.x), 0.5f * (v.y + u.y),
                                            0.5f * (v.z + u.z), 0.5f * (v.w + u.w));
                     });
                 } else {
-                    load_chunk(xr, KL, pl * KL, [&](int i) { return X::ld4(in + i); });
+                    load_chunk(xr, KL, pl, PL, [&](int i) { return X::ld4(in + i); });
                 }
             }
 #pragma unroll kUnrollRL
@@ -278,7 +282,7 @@ __global__ void __launch_bounds__(T, 1) toy_kernel(ToyArgs a, Layout lay) {
         if (s >= a.N) break;
         // ---- output projection + argmax over this block's vocabulary slice ----
         const float* xl = ring + ((c & 1) ^ 1) * Hp;
-        load_chunk(xr, KO, po * KO, [&](int i) { return X::ld4(xl + i); });
+        load_chunk(xr, KO, po, PO, [&](int i) { return X::ld4(xl + i); });
         unsigned best_key = 0, best_idx = UINT_MAX;
 #pragma unroll kUnrollRO
         for (int r = 0; r < RO; ++r) {
@@ -293,7 +297,7 @@ __global__ void __launch_bounds__(T, 1) toy_kernel(ToyArgs a, Layout lay) {
         warp_argmax(best_key, best_idx);
         X::cand_put(cand + g * kNW + warp, make_uint2(best_key, best_idx), lane, G);
         if constexpr (kFold) {  // next step's first layer, from the same x_L
-            load_chunk(xr, KL, pl * KL, [&](int i) { return X::ld4(xl + i); });
+            load_chunk(xr, KL, pl, PL, [&](int i) { return X::ld4(xl + i); });
             carry0 = 0.5f * dot_reduce<kK, kPL>(xr, KL, PL, [&](int k4) { return w_layer(0, 0, k4, cl); });
             if (RL > 1)
                 carry1 = 0.5f * dot_reduce<kK, kPL>(xr, KL, PL, [&](int k4) { return w_layer(0, 1, k4, T / PL + cl); });

@@ -2,10 +2,10 @@
 //
 // Split (how one stage, a matrix-vector product with H inputs and `cols` output columns in
 // this block, is spread over T threads): P lanes per column (a power of two <= 32, the lanes
-// of a column adjacent in one warp), each lane owning K inputs (a multiple of 4, at most kKMax;
-// the last lanes' chunks may run past H into zero padding) and accumulating them in four
-// independent FMA chains; the P partial sums are added by log2(P) xor-shuffles; T/P columns per
-// round, R rounds.
+// of a column adjacent in one warp), each lane owning K inputs (a multiple of 4, at most kKMax,
+// as K/4 float4 words interleaved with the other lanes' words; the last words may lie past H,
+// in zero padding) and accumulating them in eight independent FMA chains; the P partial sums
+// are added by log2(P) xor-shuffles; T/P columns per round, R rounds.
 //   SplitFixed  - P set by H alone (about H/8): the first design; a stage with many columns
 //                 runs several rounds, each ending in a chain of shuffles.
 //   SplitWide   - the widest P with cols * P <= T: one round per stage where the columns fit,

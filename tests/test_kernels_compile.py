@@ -34,6 +34,9 @@ def test_compiles(source: Path, arch: str, tmp_path: Path):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{' '.join(cmd)}\n{done.stderr}"
     if source.name in ("persistent_block.cu", "persistent_cluster.cu") and arch == "sm_90":
-        # The register-resident shapes compile without spilling to local memory.
-        spills = re.findall(r"FixedILi.*\n.*?(\d+) bytes spill stores", done.stderr)
+        # The register-resident shapes compile without spilling to local memory (the plain
+        # builds: template argument kClocked false, mangled `Lb0EEE`; the diagnostic build's
+        # stage clock may take a few more registers).
+        spills = re.findall(r"FixedILi[^\n]*Lb0EEEv[^\n]*\n.*?(\d+) bytes spill stores",
+                            done.stderr)
         assert spills and all(s == "0" for s in spills), done.stderr[-2000:]

@@ -123,8 +123,9 @@ def _geo(design: str, threads: int, cols: int, h: int) -> tuple[int, int, int]:
 def _stage(x: torch.Tensor, w: torch.Tensor, design: str, threads: int, g: int, groups: int
            ) -> torch.Tensor:
     """Block g's columns of one stage as the kernel computes them: lane p of a column sums its
-    chunk x[p*K, p*K+K) (zero past H) times the packed weights, xor-shuffles add the P lanes;
-    columns ragged over the groups (ceil(cols / G) each, the last blocks short or empty)."""
+    K inputs, float4 words p, p + P, p + 2P, ... of x (zero past H), times the packed weights;
+    xor-shuffles add the P lanes; columns ragged over the groups (ceil(cols / G) each, the last
+    blocks short or empty)."""
     h, width = w.shape
     per = (width + groups - 1) // groups
     valid = max(0, min(per, width - g * per))
@@ -138,7 +139,8 @@ def _stage(x: torch.Tensor, w: torch.Tensor, design: str, threads: int, g: int, 
         for t in range(threads):
             col, p = r * (threads // p_lanes) + t // p_lanes, t % p_lanes
             if col < valid:
-                rows = slice(p * k_in, (p + 1) * k_in)
+                rows = torch.tensor([4 * (j * p_lanes + p) + i for j in range(k_in // 4)
+                                     for i in range(4)])
                 partial[t] = (xp[rows] * wp[rows, g * per + col]).sum()
         off = p_lanes // 2
         while off:  # __shfl_xor_sync: every lane adds its partner's value
