@@ -1,5 +1,5 @@
 """Packaging: environment.yml's pip section mirrors the pyproject's dependencies and takes the CPU
-build of torch; every setup path brings JupyterLab and ninja; the Makefile has its targets."""
+build of torch; every setup path brings JupyterLab; the Makefile has its targets."""
 
 import re
 import subprocess
@@ -40,9 +40,8 @@ def _names(requirements: list[str]) -> set[str]:
     return {re.split(r"[<>=!~ \[]", r, maxsplit=1)[0].lower() for r in requirements}
 
 
-def test_jupyterlab_ninja_and_playwright_are_declared():
+def test_jupyterlab_and_playwright_are_declared():
     project = _project()
-    assert "ninja" in _names(project["dependencies"])  # cpp_extension.load needs it
     assert "jupyterlab" in _names(project["optional-dependencies"]["notebooks"])
     assert "playwright" in _names(project["optional-dependencies"]["dev"])
     for req in project["dependencies"] + sum(project["optional-dependencies"].values(), []):
