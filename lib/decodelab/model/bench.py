@@ -13,10 +13,11 @@ read (all layers, the head, B embedding rows) + the K/V attended; ``roofline_fra
 those bytes need at the device-to-device copy bandwidth measured in this run / measured step
 time. Every fast path is validated before timing: Triton attention against the reference,
 graph against eager (token for token), and our logits against ``transformers``.
-On a GPU two more tables: ``paged_model_kernels``, per-kernel device time of one graph step at
-batch 1 (from the profiler): where the step's time goes; ``paged_model_linear``, each batch-1
+On a GPU three more tables: ``paged_model_kernels``, per-kernel device time of one graph step
+at batch 1 (from the profiler): where the step's time goes; ``paged_model_linear``, each batch-1
 matmul shape's candidates (cuBLAS, Triton gemv tiles) with time and weight bandwidth, and which
-one the model uses.
+one the model uses; ``paged_attention``, our paged decode attention against SDPA over a
+contiguous cache at the model's attention shapes (:mod:`decodelab.model.attention_bench`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from decodelab.core.results import write_table
 from decodelab.core.timing import TimingConfig, median_times
 from decodelab.core.validate import check_choice
 from decodelab.model import check as checks
+from decodelab.model.attention_bench import ATTENTION_TABLE, attention_rows
 from decodelab.model.block_pool import blocks_needed
 from decodelab.model.config import named_config
 from decodelab.model.kv_cache import PagedKVCache
@@ -149,7 +151,10 @@ def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list
                     bench_s=bench_s) for r in rows]
     paths = [write_table("paged_model", rows, out_dir=out_dir, config=cfg, profile=profile)]
     kernel_rows = [KernelRow(**r) for r in kernels or []]
-    for name, extra in (("paged_model_kernels", kernel_rows), ("paged_model_linear", linear)):
+    attention = (attention_rows(mcfg, cfg.batches, cfg.contexts, block_size=cfg.block_size,
+                                dtype=dtype) if has_graphs else [])
+    for name, extra in (("paged_model_kernels", kernel_rows), ("paged_model_linear", linear),
+                        (ATTENTION_TABLE, attention)):
         if extra:
             paths.append(write_table(name, extra, out_dir=out_dir, config=cfg, profile=profile))
     return paths
