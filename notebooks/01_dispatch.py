@@ -125,10 +125,11 @@ if marks is not None and not marks.empty:
                                       "first exceeds host CPU time per step."))
 
 # %% [markdown]
-# ## Eager / graph: host CPU and wall time, against the seed's ~15x
+# ## Eager / graph: host CPU and wall time, against the seed's figure
 #
-# The layered study this project follows reported that a CUDA graph cut host CPU time per step
-# by about fifteen times on one SM75 GPU. The ratio depends on how many launches a step makes,
+# The layered study this project follows reported how many times a CUDA graph cut host CPU time
+# per step on one SM75 GPU (its figure, a quotation kept in `decodelab.core.seed`, is the dashed
+# line and is repeated under the figure). The ratio depends on how many launches a step makes,
 # on the host's per-launch cost (CPU and driver speed) and on what the graph replay itself costs;
 # the wall ratio additionally shrinks as soon as the GPU's own work dominates.
 

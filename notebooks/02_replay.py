@@ -21,7 +21,8 @@
 #
 #     T(K) = T_step + T_replay / K        (wall time per step)
 #
-# The seed study reports a replay cost of about 2.8 µs per step on an SM75 GPU and the model
+# The seed study reports a replay cost per step on an SM75 GPU (quoted below with its source,
+# from `decodelab.core.seed`) and the model
 # `T_total(K) = (N/K)·T_replay + N·T_compute + T_orchestration`; we compare with it. Finally, real
 # decode cannot run K steps blindly: a request that stops mid-chunk wastes the rest of the chunk,
 # and tokens reach the client only once per replay. A model of that trade-off, checked by a

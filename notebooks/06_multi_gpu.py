@@ -89,9 +89,10 @@ if "tp" in cpu_runs:
 # read, but adds the collectives, whose cost barely depends on the batch. So TP pays off
 # where the halved weight read is worth more than the communication: at once for a model
 # whose weights take milliseconds to read, only at larger batches for a small one. Graph mode
-# is drawn in teal, eager in wine; TP=1 solid, TP=2 dashed. Eager is host-bound either way, and the eager collectives make TP=2 slower still; its
-# figures also move far more from run to run than the graph's (the host path of a shared
-# machine is noisy), so read eager crossovers as rough.
+# is drawn in teal, eager in wine; TP=1 solid, TP=2 dashed. Eager is host-bound either way,
+# and the eager collectives make TP=2 slower still; its figures also move far more from run to
+# run than the graph's (the host path of a shared machine is noisy), so read eager crossovers
+# as rough.
 
 # %%
 if "tp" in tables:

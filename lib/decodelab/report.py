@@ -49,12 +49,13 @@ def _reference_line(folder: Path) -> str | None:
         return None
     dev = metas[0].get("device", {})
     dates = sorted(m.get("created_utc", "") for m in metas)
+    commits = sorted({str(m.get("device", {}).get("git_commit", "?")) for m in metas})
     hardware = html.escape(str(dev.get("gpu_name") or dev.get("cpu_model", "?")))
     return (f"- `data/reference/{folder.name}/` ({len(metas)} tables: "
             f"{', '.join(m.get('table', '?') for m in metas)}): {hardware}, "
             f"torch {dev.get('torch_version', '?')}, CUDA {dev.get('cuda_version') or 'none'}, "
-            f"driver {dev.get('driver') or 'none'}, commit {dev.get('git_commit', '?')}, "
-            f"measured {dates[0][:16]} to {dates[-1][:16]} UTC")
+            f"driver {dev.get('driver') or 'none'}, commit{'s' if len(commits) > 1 else ''} "
+            f"{', '.join(commits)}, measured {dates[0][:16]} to {dates[-1][:16]} UTC")
 
 
 def reference_markdown() -> str:
