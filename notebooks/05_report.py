@@ -28,7 +28,7 @@
 # %% tags=["parameters"]
 profile = "auto"  # auto: gpu with a CUDA device, else cpu; smoke: tiny sizes
 interactive = True  # sliders and widgets (False under papermill: static figures)
-reference = "h200"  # the reference results decomposed
+reference = "h200"  # the results decomposed: a reference folder, or local (this machine's)
 toy_config = "ultra-light"  # toy configuration of the toy regimes
 model_batch = 1  # batch of the transformer-decode regimes
 runtime_batch = 32  # batch of the runtime-loop regime

@@ -72,7 +72,7 @@ def test_unknown_reference_folder_is_refused_with_the_folders_that_exist(capsys,
     code, err = _run(capsys, ["run", "05_report", "-p", "reference", "no_such_device",
                               "--out", str(out)])
     assert code == 2
-    assert "05_report.reference='no_such_device': must be a folder of data/reference/" in err
+    assert "05_report.reference='no_such_device': must be 'local' or a folder of data/reference/" in err
     for name in existing:
         assert repr(name) in err
     assert not out.exists()

@@ -23,14 +23,20 @@ from decodelab.core.params import param
 from decodelab.toy.step import NAMED_CONFIGS
 
 
+def _sources() -> tuple[str, ...]:
+    """What notebook 05 can decompose: this machine's results or any shipped reference."""
+    return ("local", *paths.reference_folders())
+
+
 @dataclass(frozen=True, slots=True)
 class NotebookParams(BaseParams):
     """Parameters of notebook 05_report (``profile`` and ``interactive`` come from the base)."""
 
     NOTEBOOK: ClassVar[str] = "05_report"
 
-    reference: str = param(HEADLINE_REFERENCE, "the reference results decomposed",
-                           choices=paths.reference_folders, what="a folder of data/reference/")
+    reference: str = param(HEADLINE_REFERENCE, "the results decomposed: a reference folder, or "
+                           "local (this machine's)", choices=_sources,
+                           what="'local' or a folder of data/reference/")
     toy_config: str = param("ultra-light", "toy configuration of the toy regimes",
                             choices=tuple(NAMED_CONFIGS))
     model_batch: int = param(1, "batch of the transformer-decode regimes", low=1, high=4096)

@@ -33,7 +33,7 @@ from dataclasses import replace
 import torch
 
 from decodelab.core.timing import time_graph_replays
-from decodelab.engine.batch import StaticBatch
+from decodelab.engine.batch import Int, StaticBatch
 from decodelab.engine.sampler import PenaltyState, SamplerMode, sample, sample_step
 
 
@@ -59,8 +59,8 @@ class StepGraphs:
     def stage_body(self, bucket: int) -> None:
         g, b, m = self.graphs, self.batch, self.batch.max_blocks
         b.stage(bucket, g.input_ids[:bucket], g.context_lens[:bucket])
-        g.positions[:bucket].copy_(b.dev_i[1, :bucket])
-        g.slot_mapping[:bucket].copy_(b.dev_i[2, :bucket])
+        g.positions[:bucket].copy_(b.dev_i[Int.POSITION, :bucket])
+        g.slot_mapping[:bucket].copy_(b.dev_i[Int.SLOT_MAPPING, :bucket])
         g.block_tables[:bucket, :m].copy_(b.dev_bt[:bucket])
 
     def logits(self, bucket: int) -> torch.Tensor:
