@@ -8,6 +8,7 @@ import pandas as pd
 
 from decodelab.persistent.analysis import MODEL_TOLERANCE, TARGETS, kernels, stage_table
 from decodelab.plots import origin_label
+from decodelab.plots.palette import mode_color, quantity_color
 
 GRAPHS = {"graph_k1": "graph replay, 1 step", "graph_best": "graph replay, best K steps"}
 
@@ -54,10 +55,11 @@ def named_configs(frame: pd.DataFrame) -> plt.Figure:
         timed = kernels(rows).sort_values("steps_per_s")
         labels = [f"{v} T{t} G{g}" for v, t, g in
                   zip(timed["variant"], timed["threads"], timed["group"], strict=True)]
-        ax.barh(labels, timed["steps_per_s"], color="tab:blue")
+        ax.barh(labels, timed["steps_per_s"], color=quantity_color("device busy"))
         graph = rows[rows["variant"] == "graph_k1"]["steps_per_s"]
         if len(graph):
-            ax.axvline(graph.max(), color="gray", ls="--", label="graph replay, 1 step")
+            ax.axvline(graph.max(), color=mode_color("graph"), ls="--",
+                       label="graph replay, 1 step")
         ax.axvline(target, color="tab:red", ls=":", label=f"target {target:,.0f}")
         ax.set_xscale("log")
         ax.set_xlabel("steps / s")
