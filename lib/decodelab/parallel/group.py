@@ -138,11 +138,11 @@ def sub_group(world: TPGroup, size: int) -> TPGroup | None:
 
 
 def shutdown(world: TPGroup, *, together: bool = True) -> None:
-    """Leave the group. ``together`` (every rank got here): a barrier first, so no rank tears
-    its connections down while a peer is still inside the last collective (gloo then aborts
-    that peer: "terminate called without an active exception"). After a failure a peer may
-    wait in a collective that never completes, so the group is torn down at once."""
+    """Leave the group. ``together`` (every rank got here) over gloo: a barrier first, so no
+    rank tears its sockets down while a peer is still inside the last collective (gloo then
+    aborts that peer: "terminate called without an active exception"). After a failure a peer
+    may wait in a collective that never completes, so the group is torn down at once."""
     if world.size > 1 and dist.is_initialized():
-        if together:
+        if together and dist.get_backend() == "gloo":
             dist.barrier()
         dist.destroy_process_group()
