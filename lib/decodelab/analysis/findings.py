@@ -30,11 +30,17 @@ def _by_name(regimes: Sequence[Regime]) -> dict[str, Regime]:
     return {r.name: r for r in regimes}
 
 
+def _needed(regimes: Sequence[Regime], *names: str) -> list[Regime]:
+    """The named regimes, in order; MissingData names those the tables did not allow."""
+    by_name = _by_name(regimes)
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise MissingData(" and ".join(missing) + " regime")
+    return [by_name[n] for n in names]
+
+
 def graph_removes_dispatch(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
-    r = _by_name(regimes)
-    if "eager" not in r or "graph" not in r:
-        raise MissingData("eager or graph regime")
-    e, g = r["eager"], r["graph"]
+    e, g = _needed(regimes, "eager", "graph")
     return Finding(f"On the toy step ({g.config}) a CUDA graph cuts the step from "
                    f"{fmt_us(e.step_us)} µs to {fmt_us(g.step_us)} µs: dispatch was "
                    f"{_term(e, 'dispatch') / e.step_us:.0%} of the eager step.",
@@ -54,10 +60,7 @@ def replay_cost(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Findi
 
 
 def persistent_rate(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
-    r = _by_name(regimes)
-    if "persistent kernel" not in r or "graph" not in r:
-        raise MissingData("persistent kernel or graph regime")
-    p, g = r["persistent kernel"], r["graph"]
+    p, g = _needed(regimes, "persistent kernel", "graph")
     return Finding(f"The persistent kernel ({p.config}) runs {1e6 / p.step_us:,.0f} steps/s, "
                    f"{g.step_us / p.step_us:.1f}x the single-step graph: replay and kernel "
                    f"boundaries gone, {p.dominant.layer} is "
@@ -123,10 +126,7 @@ def attention_rate(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Fi
 
 
 def orchestration(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
-    r = _by_name(regimes)
-    if "runtime loop" not in r:
-        raise MissingData("runtime loop regime")
-    rt = r["runtime loop"]
+    (rt,) = _needed(regimes, "runtime loop")
     orch = _term(rt, "orchestration")
     return Finding(f"The serving loop ({rt.config}) adds {fmt_us(orch)} µs of orchestration "
                    "(schedule, prepare, sample, update, emit) on top of the graph-captured "
@@ -134,10 +134,7 @@ def orchestration(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Fin
 
 
 def communication(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
-    r = _by_name(regimes)
-    if "tensor parallel" not in r:
-        raise MissingData("tensor parallel regime")
-    tp = r["tensor parallel"]
+    (tp,) = _needed(regimes, "tensor parallel")
     comm = _term(tp, "comm")
     return Finding(f"Split over two GPUs ({tp.config}), the collectives add "
                    f"{fmt_us(comm)} µs to a {fmt_us(tp.step_us)} µs step: T_comm is the layer "
