@@ -2,8 +2,14 @@
 HBM roofline and against ``transformers``' ``generate`` on the same weights.
 
 Modes (table ``paged_model``, one row per mode x batch x context):
-- ``graph``: ``DecodeGraphs.run`` (input copies into the static buffers + one graph replay).
+- ``graph``: ``DecodeGraphs.run`` (input copies into the static buffers + one graph replay),
+  with programmatic dependent launch between kernels where the GPU has it (sm_90+);
+- ``graph_no_pdl`` (sm_90+ only): the same graph with every kernel waiting for the one before
+  to finish: the kernel-boundary layer that PDL removes.
 - ``eager``: the same ``PagedLlama.decode`` launched op by op (Triton kernels on a GPU).
+- ``compile_static`` (GPU): the peer a user gets from PyTorch alone, the same model and weights
+  over a static contiguous cache, ``torch.compile(mode="max-autotune")`` with its CUDA graph
+  (:mod:`decodelab.model.static_bench`); its compile time apart, in ``compile_s``.
 - ``hf_dynamic`` / ``hf_static``: ``LlamaForCausalLM.generate`` (greedy), its default cache and
   its static cache (auto-compile off: compiling alone would take far longer than the whole
   bench). Per-token time = (time of N new tokens - time of 1) / (N - 1): decode only.
@@ -14,7 +20,8 @@ those bytes need at the device-to-device copy bandwidth measured in this run / m
 time. Every fast path is validated before timing: Triton attention against the reference,
 graph against eager (token for token), and our logits against ``transformers``.
 On a GPU three more tables: ``paged_model_kernels``, per-kernel device time of one graph step
-at batch 1 (from the profiler): where the step's time goes; ``paged_model_linear``, each batch-1
+at batch 1 (from the profiler, without PDL: overlapped kernels would count their waits):
+where the step's time goes; ``paged_model_linear``, each batch-1
 matmul shape's candidates (cuBLAS, Triton gemv tiles) with time and weight bandwidth, and which
 one the model uses; ``paged_attention``, our paged decode attention against SDPA over a
 contiguous cache at the model's attention shapes (:mod:`decodelab.model.attention_bench`).
@@ -40,6 +47,7 @@ from decodelab.model.config import named_config
 from decodelab.model.kv_cache import PagedKVCache
 from decodelab.model.llama import PagedLlama
 from decodelab.model.rows import KernelRow, LinearRow, PagedModelRow
+from decodelab.model.static_bench import compile_static_rows
 from decodelab.model.weights import from_state_dict, random_state_dict
 from decodelab.model.workload import copy_bandwidth_gb_s, decode_inputs, on_bench_device
 
@@ -47,6 +55,7 @@ from decodelab.model.workload import copy_bandwidth_gb_s, decode_inputs, on_benc
 # prompts of check.PROMPT_LENS plus 16 new tokens, 44 blocks of 16) must fit even where the
 # timed batches are small (the CPU profiles).
 VALIDATION_BLOCKS = 64
+SERIAL_MODE = "graph_no_pdl"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,26 +92,40 @@ class PagedModelBenchConfig:
         return TimingConfig(self.warmup, self.repeats, self.inner)
 
 
-def _time_ours(model: PagedLlama, graphs, cfg: PagedModelBenchConfig, step_bytes, bw: float,
-               checked: dict[str, float]) -> list[PagedModelRow]:
-    """Eager and graph rows for every context x batch, each on its own fresh sequences."""
+def _time_ours(model: PagedLlama, graphs: dict, cfg: PagedModelBenchConfig, step_bytes,
+               bw: float, checked: dict[str, float]) -> list[PagedModelRow]:
+    """Eager and graph rows (one per captured set in ``graphs``, by mode) for every context x
+    batch, each on its own fresh sequences."""
     rows, dev = [], model.device
     for context in cfg.contexts:
         for batch in cfg.batches:
             tables, inputs = decode_inputs(model.cache, batch, context)
-            modes = {"eager": lambda inputs=inputs: model.decode(*inputs)}
-            if graphs is not None:
-                modes["graph"] = lambda inputs=inputs: graphs.run(*inputs)
-            for mode, fn in modes.items():
+            modes = {"eager": (lambda inputs=inputs: model.decode(*inputs), None)}
+            for mode, g in graphs.items():
+                modes[mode] = (lambda inputs=inputs, g=g: g.run(*inputs), g)
+            for mode, (fn, g) in modes.items():
                 wall, host, dev_s = median_times(fn, dev.type == "cuda", cfg.timing)
-                extra = dict(capture_s=graphs.capture_s, graph_mem_mib=graphs.graph_mem_mib,
-                             bucket=graphs.bucket_for(batch)) if mode == "graph" else {}
+                extra = dict(capture_s=g.capture_s, graph_mem_mib=g.graph_mem_mib,
+                             bucket=g.bucket_for(batch)) if g is not None else {}
                 rows.append(PagedModelRow.measured(mode, batch, context, wall, host, dev_s,
                                                    step_bytes(batch, context), bw,
                                                    max_rel_err=checked[mode], **extra))
             for t in tables:
                 model.cache.pool.free(t)
     return rows
+
+
+def _serial_graphs(model: PagedLlama, cfg: PagedModelBenchConfig, width: int,
+                   checked: dict[str, float]) -> dict:
+    """The same step without programmatic dependent launch (mode ``graph_no_pdl``), where the
+    model uses it: what removing the kernel boundaries' drain-and-launch gaps is worth."""
+    if not getattr(model.ops, "pdl", False):
+        return {}
+    serial = PagedLlama(model.config, model.weights, model.cache, pdl=False,
+                        linear_choice=model.ops.plan.choice)  # same kernels, launched serially
+    graphs = checks.make_graphs(serial, cfg.batches, width)
+    checked[SERIAL_MODE] = checks.check_graph(serial, graphs)
+    return {SERIAL_MODE: graphs}
 
 
 def bench(profile: str, out_dir: Path) -> list[Path]:
@@ -134,10 +157,20 @@ def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list
     def step_bytes(batch: int, context: int) -> int:
         return weights.nbytes_per_step(batch) + batch * context * kv_token
 
-    rows = _time_ours(model, graphs, cfg, step_bytes, bw, checked)
+    timed = {"graph": graphs} if graphs is not None else {}
+    if graphs is not None:
+        timed |= _serial_graphs(model, cfg, blocks_per_seq, checked)
+    rows = _time_ours(model, timed, cfg, step_bytes, bw, checked)
+    if dev.type == "cuda":
+        def row_for(mode, batch, context, wall, host, dev_s, **extra):
+            return PagedModelRow.measured(mode, batch, context, wall, host, dev_s,
+                                          step_bytes(batch, context), bw, **extra)
+
+        rows += compile_static_rows(model, cfg, row_for)
     linear = _linear_rows(model)
+    choice = dict(model.ops.plan.choice) if graphs is not None else {}  # the kernels profiled
     has_graphs = graphs is not None
-    del graphs, model, cache  # free the KV pool (and graph memory) before the peers run
+    del graphs, timed, model, cache  # free the KV pool (and graph memory) before the peers run
     if hf is not None:
         rows += checks.hf_rows(hf, mcfg, cfg, PagedModelRow.measured, step_bytes, bw,
                                checked["hf"])
@@ -145,7 +178,7 @@ def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     kernels = checks.kernel_profile_isolated(cfg.model, cfg.dtype, cfg.block_size,
-                                             blocks_per_seq) if has_graphs else None
+                                             blocks_per_seq, choice) if has_graphs else None
     bench_s = round(time.perf_counter() - t_start, 1)
     rows = [replace(r, model=cfg.model, dtype=cfg.dtype, block_size=cfg.block_size,
                     bench_s=bench_s) for r in rows]

@@ -164,8 +164,9 @@ def kernel_profile(graphs: DecodeGraphs, cache: PagedKVCache, context: int = 512
 
 
 def _profiled_step(model_name: str, dtype: str, block_size: int, width: int,
-                   context: int) -> list[dict]:
-    """Child-process body of :func:`kernel_profile_isolated`: a batch-1 graph, profiled."""
+                   context: int, linear_choice: dict) -> list[dict]:
+    """Child-process body of :func:`kernel_profile_isolated`: a batch-1 graph, profiled. Without
+    programmatic dependent launch: overlapped kernels would count their waits as their time."""
     from decodelab.model.config import named_config
     from decodelab.model.weights import random_weights
 
@@ -173,20 +174,23 @@ def _profiled_step(model_name: str, dtype: str, block_size: int, width: int,
     weights = random_weights(config, 0, dtype=getattr(torch, dtype), device="cuda")
     cache = PagedKVCache(config, width + 8, block_size, dtype=getattr(torch, dtype),
                          device="cuda")
-    graphs = DecodeGraphs(PagedLlama(config, weights, cache), buckets=(1,),
+    model = PagedLlama(config, weights, cache, pdl=False, linear_choice=linear_choice)
+    graphs = DecodeGraphs(model, buckets=(1,),
                           max_blocks_per_seq=width)
     return kernel_profile(graphs, cache, context)
 
 
 def kernel_profile_isolated(model_name: str, dtype: str, block_size: int, width: int,
-                            context: int = 512) -> list[dict]:
-    """:func:`kernel_profile` in a fresh process: the profiler (CUPTI) stays attached to the
+                            linear_choice: dict, context: int = 512) -> list[dict]:
+    """:func:`kernel_profile` in a fresh process, with the matmul kernels ``linear_choice``
+    names (the timed model's, so the profile shows its kernels): the profiler (CUPTI) stays attached to the
     process that used it and slows every later launch, which would skew the timings of the
     phases that run after this one."""
     import multiprocessing
 
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_profiled_step, (model_name, dtype, block_size, width, context))
+        return pool.apply(_profiled_step, (model_name, dtype, block_size, width, context,
+                                           linear_choice))
 
 
 def _generate_s(hf, ids, n: int, static: bool) -> float:

@@ -3,6 +3,7 @@
 Interface (stable; the runtime engine builds on exactly this):
 
     model = PagedLlama(config, weights, cache, backend="auto")   # "torch" | "triton" | "auto"
+                                                # pdl=None: on where the GPU has it (sm_90+)
     model.prefill(token_ids: list[list[int]], block_tables: list[list[int]])
         -> logits (n_seqs, vocab) float32 at each prompt's last position.
         Prompt i occupies positions 0 .. len-1 and its K/V are written to the slots its block
@@ -20,8 +21,11 @@ Interface (stable; the runtime engine builds on exactly this):
 SwiGLU product, paged decode attention and batch-1 matmuls where they beat cuBLAS
 (``model.triton``: ``ops``, ``attention``, ``linear``, ``fused``); ``"torch"`` is the plain reference
 the tests compare with ``transformers``. Prefill's RoPE, cache write and attention are torch.
-Constructing a "triton" model times each batch-1 matmul candidate on the device once (seconds,
-Triton compilation included); the choice is fixed before any graph is captured.
+Its kernels use programmatic dependent launch on sm_90 and newer (``pdl``; ``pdl=False``
+turns it off, to measure what it removes; ``linear_choice=other.ops.plan.choice`` then keeps
+the other model's matmul kernels, so only the launches differ). Constructing a "triton" model times each batch-1
+matmul candidate on the device once (seconds, Triton compilation included); the choice is
+fixed before any graph is captured.
 """
 
 from __future__ import annotations
@@ -89,7 +93,7 @@ class TorchOps:
     decode_attention = staticmethod(paged_decode_attention_ref)
 
 
-def _ops(backend: str, device: torch.device):
+def _ops(backend: str, device: torch.device, pdl: bool | None, linear_choice: dict | None):
     check_choice("PagedLlama", "backend", backend, ("auto", "torch", "triton"))
     if backend == "auto":
         backend = "triton" if device.type == "cuda" else "torch"
@@ -97,22 +101,28 @@ def _ops(backend: str, device: torch.device):
         return TorchOps
     if device.type != "cuda":
         raise ConfigError(f"PagedLlama.backend='triton': needs a CUDA device, cache is on {device}")
+    from decodelab.model.triton import pdl as pdl_support
     from decodelab.model.triton.ops import TritonOps
 
-    return TritonOps()
+    if pdl and not pdl_support.supported(device):
+        major, minor = torch.cuda.get_device_capability(device)
+        raise ConfigError(f"PagedLlama.pdl=True: programmatic dependent launch needs sm_90 or "
+                          f"newer; {device} is sm_{major}{minor}")
+    return TritonOps(pdl_support.supported(device) if pdl is None else pdl, linear_choice)
 
 
 class PagedLlama:
     """The decoder's forward over a paged cache (no autograd, no nn.Module: weights are data)."""
 
     def __init__(self, config: ModelConfig, weights: Weights, cache: PagedKVCache, *,
-                 backend: str = "auto") -> None:
+                 backend: str = "auto", pdl: bool | None = None,
+                 linear_choice: dict | None = None) -> None:
         if cache.config != config:
             raise ConfigError("PagedLlama: the cache was built for another model config")
         self.config, self.weights, self.cache = config, weights, cache
         self.device = cache.device
         self.dtype = weights.embed.dtype
-        self.ops = _ops(backend, self.device)
+        self.ops = _ops(backend, self.device, pdl, linear_choice)
         self.backend = "torch" if self.ops is TorchOps else "triton"
         if self.backend == "triton":
             self.ops.tune(weights)  # per-shape matmul choice, fixed before any graph capture

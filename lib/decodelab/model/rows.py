@@ -14,7 +14,7 @@ class PagedModelRow:
     other modes, so every run has one schema; the run's columns (model .. bench_s) are filled
     when the run ends (``dataclasses.replace``)."""
 
-    mode: str  # graph, eager, hf_dynamic, hf_static
+    mode: str  # graph, graph_no_pdl, eager, compile_static, hf_dynamic, hf_static
     batch: int
     context: int  # tokens attended by the step, the new one included
     ms_per_token: float  # wall time of one decode step
@@ -28,6 +28,7 @@ class PagedModelRow:
     capture_s: float = NAN  # graph only
     graph_mem_mib: float = NAN  # graph only
     bucket: int | float = NAN  # graph only: the captured batch size the step pads to
+    compile_s: float = NAN  # compile_static only: torch.compile + CUDA-graph recording
     max_rel_err: float = NAN  # the mode's validation against its reference
     model: str = ""
     dtype: str = ""
@@ -48,7 +49,8 @@ class PagedModelRow:
 
 @dataclass(frozen=True, slots=True)
 class KernelRow:
-    """Table ``paged_model_kernels``: one kernel of a batch-1 graph step (profiler)."""
+    """Table ``paged_model_kernels``: one kernel of a batch-1 graph step (profiler), launched
+    without programmatic dependent launch, so kernels never overlap."""
 
     kernel: str
     calls_per_step: float

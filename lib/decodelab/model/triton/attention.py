@@ -23,6 +23,8 @@ import triton
 import triton.language as tl
 
 from decodelab.model.triton.attention_plan import MIN_GROUP_ROWS, LaunchConfig, plan
+from decodelab.model.triton.pdl import enter as _pdl_enter
+from decodelab.model.triton.pdl import launch_kw
 
 
 @triton.jit
@@ -31,7 +33,8 @@ def _attn_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, m_ptr, l_
                        stride_bt, stride_ob, stride_oh,
                        G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
                        TILE: tl.constexpr, SPLITS: tl.constexpr,
-                       STAGES: tl.constexpr, PRECISION: tl.constexpr):
+                       STAGES: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
+    _pdl_enter(PDL)  # q and the newest K/V come from the kernel before
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -81,7 +84,8 @@ def _attn_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, m_ptr, l_
 
 @triton.jit
 def _merge_splits_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, stride_ob, stride_oh,
-                         D: tl.constexpr, SPLITS: tl.constexpr):
+                         D: tl.constexpr, SPLITS: tl.constexpr, PDL: tl.constexpr):
+    _pdl_enter(PDL)
     b = tl.program_id(0)
     h = tl.program_id(1)
     H = tl.num_programs(1)
@@ -99,8 +103,10 @@ def _merge_splits_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, stride_ob, stride_oh,
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float, launch: LaunchConfig | None = None) -> torch.Tensor:
-    """``launch`` overrides the shape's :func:`attention_plan.plan` (for tuning sweeps)."""
+                           scale: float, launch: LaunchConfig | None = None, *,
+                           pdl: bool = False) -> torch.Tensor:
+    """``launch`` overrides the shape's :func:`attention_plan.plan` (for tuning sweeps);
+    ``pdl`` launches both kernels with programmatic dependent launch (see ``pdl``)."""
     b, h, d = q.shape
     _, hkv, bs, _ = k_cache.shape
     if d & (d - 1) or k_cache.stride(3) != 1 or q.stride(2) != 1:
@@ -123,8 +129,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         out.stride(1), G=group, GP=max(MIN_GROUP_ROWS, triton.next_power_of_2(group)), D=d,
         BS=bs, TILE=launch.tile, SPLITS=splits, STAGES=launch.stages, num_warps=launch.warps,
         # fp32 caches get exact products (the reference's precision), not tf32
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PDL=pdl, **launch_kw(pdl))
     if splits > 1:
         _merge_splits_kernel[(b, h)](m, lsum, acc, out, out.stride(0), out.stride(1), D=d,
-                                     SPLITS=splits, num_warps=1)
+                                     SPLITS=splits, PDL=pdl, num_warps=1, **launch_kw(pdl))
     return out

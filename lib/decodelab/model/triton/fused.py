@@ -21,11 +21,14 @@ import triton
 import triton.language as tl
 
 from decodelab.model.kv_cache import PagedKVCache
+from decodelab.model.triton.pdl import enter as _pdl_enter
+from decodelab.model.triton.pdl import launch_kw
 
 
 @triton.jit
 def _add_rms_norm_kernel(h_ptr, x_ptr, w_ptr, y_ptr, n, eps, HAS_X: tl.constexpr,
-                         BLOCK: tl.constexpr):
+                         BLOCK: tl.constexpr, PDL: tl.constexpr):
+    _pdl_enter(PDL)
     row = tl.program_id(0).to(tl.int64) * n
     offs = tl.arange(0, BLOCK)
     mask = offs < n
@@ -44,7 +47,9 @@ def _add_rms_norm_kernel(h_ptr, x_ptr, w_ptr, y_ptr, n, eps, HAS_X: tl.constexpr
 @triton.jit
 def _rope_write_kernel(qkv_ptr, pos_ptr, cos_ptr, sin_ptr, slot_ptr, q_out_ptr, k_ptr, v_ptr,
                        stride_t, stride_kb, stride_kh, stride_kt,
-                       H: tl.constexpr, HKV: tl.constexpr, HALF: tl.constexpr, BS: tl.constexpr):
+                       H: tl.constexpr, HKV: tl.constexpr, HALF: tl.constexpr, BS: tl.constexpr,
+                       PDL: tl.constexpr):
+    _pdl_enter(PDL)
     t = tl.program_id(0)
     head = tl.program_id(1)  # 0 .. H-1: a query head; H .. H+HKV-1: a KV head
     D: tl.constexpr = 2 * HALF
@@ -75,7 +80,8 @@ def _rope_write_kernel(qkv_ptr, pos_ptr, cos_ptr, sin_ptr, slot_ptr, q_out_ptr, 
 
 
 @triton.jit
-def _silu_mul_kernel(gu_ptr, out_ptr, f, BLOCK: tl.constexpr):
+def _silu_mul_kernel(gu_ptr, out_ptr, f, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    _pdl_enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < f
@@ -86,28 +92,29 @@ def _silu_mul_kernel(gu_ptr, out_ptr, f, BLOCK: tl.constexpr):
     tl.store(out_ptr + row * f + cols, (act * u).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def rms_norm_rows(h: torch.Tensor, x: torch.Tensor | None, w: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm_rows(h: torch.Tensor, x: torch.Tensor | None, w: torch.Tensor, eps: float, *,
+                  pdl: bool = False) -> torch.Tensor:
     t, n = h.shape
     y = torch.empty_like(h)
     block = triton.next_power_of_2(n)
     _add_rms_norm_kernel[(t,)](h, x if x is not None else h, w, y, n, eps, HAS_X=x is not None,
-                               BLOCK=block, num_warps=min(16, max(1, block // 256)))
+                               BLOCK=block, PDL=pdl, num_warps=min(16, max(1, block // 256)),
+                               **launch_kw(pdl))
     return y
 
 
-
-def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+def silu_mul(gate_up: torch.Tensor, *, pdl: bool = False) -> torch.Tensor:
     t, two_f = gate_up.shape
     f = two_f // 2
     out = torch.empty((t, f), dtype=gate_up.dtype, device=gate_up.device)
     block = 1024
     _silu_mul_kernel[(t, triton.cdiv(f, block))](gate_up.contiguous(), out, f, BLOCK=block,
-                                                  num_warps=4)
+                                                  PDL=pdl, num_warps=4, **launch_kw(pdl))
     return out
 
 
 def rope_write(q, k, v, positions, cos, sin, cache: PagedKVCache, layer: int,
-               slot_mapping) -> torch.Tensor:
+               slot_mapping, *, pdl: bool = False) -> torch.Tensor:
     """q (T, H, D), k, v (T, Hkv, D): views of one (T, (H + 2 Hkv) D) qkv matrix."""
     t, h, d = q.shape
     hkv = k.shape[1]
@@ -118,6 +125,6 @@ def rope_write(q, k, v, positions, cos, sin, cache: PagedKVCache, layer: int,
     kc, vc = cache.k[layer], cache.v[layer]
     _rope_write_kernel[(t, h + hkv)](
         q, positions, cos, sin, slot_mapping, q_out, kc, vc, q.stride(0), kc.stride(0),
-        kc.stride(1), kc.stride(2), H=h, HKV=hkv, HALF=d // 2, BS=cache.block_size,
-        num_warps=1)
+        kc.stride(1), kc.stride(2), H=h, HKV=hkv, HALF=d // 2, BS=cache.block_size, PDL=pdl,
+        num_warps=1, **launch_kw(pdl))
     return q_out

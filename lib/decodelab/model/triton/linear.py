@@ -23,6 +23,7 @@ import triton.language as tl
 
 from decodelab.core.timing import time_graph_replays
 from decodelab.model.triton.fused import silu_mul
+from decodelab.model.triton.pdl import launch_kw
 
 # (BLOCK_N, BLOCK_K, num_warps) candidates; cuBLAS is always a candidate too. Wide K chunks
 # put a whole row block's bytes in flight in one load (a batch-1 matmul is latency-bound per
@@ -35,39 +36,57 @@ TIMING_BYTES = 512 << 20
 
 
 @triton.jit
+def _gemv_x(x_ptr, cols, kmask, K, SWIGLU: tl.constexpr, OUT_DTYPE: tl.constexpr):
+    """The input chunk at ``cols`` in fp32; with SWIGLU silu(gate) * up, rounded as
+    F.silu(gate) * up would round."""
+    if SWIGLU:
+        g = tl.load(x_ptr + cols, mask=kmask, other=0.0).to(tl.float32)
+        u = tl.load(x_ptr + K + cols, mask=kmask, other=0.0).to(tl.float32)
+        act = (g / (1.0 + tl.exp(-g))).to(OUT_DTYPE).to(tl.float32)
+        return (act * u).to(OUT_DTYPE).to(tl.float32)
+    return tl.load(x_ptr + cols, mask=kmask, other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _gemv_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_w, SWIGLU: tl.constexpr,
-                 EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                 EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rmask = rows < N
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
-    acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)  # reduced over K once, at the end
-    for k0 in range(0, K, BLOCK_K):
+    dt: tl.constexpr = y_ptr.dtype.element_ty
+    cols = tl.arange(0, BLOCK_K)
+    kmask = cols < K
+    # The first weight tile: no kernel writes weights, so under PDL it streams in while the
+    # previous kernel (which produces x) drains.
+    if EVEN_K:
+        w = tl.load(w_rows + cols[None, :], mask=rmask[:, None], other=0.0)
+    else:
+        w = tl.load(w_rows + cols[None, :], mask=rmask[:, None] & kmask[None, :], other=0.0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    acc = w.to(tl.float32) * _gemv_x(x_ptr, cols, kmask, K, SWIGLU, dt)[None, :]
+    for k0 in range(BLOCK_K, K, BLOCK_K):  # acc (BLOCK_N, BLOCK_K): reduced once, at the end
         cols = k0 + tl.arange(0, BLOCK_K)
         kmask = cols < K
         if EVEN_K:
             w = tl.load(w_rows + cols[None, :], mask=rmask[:, None], other=0.0)
         else:
             w = tl.load(w_rows + cols[None, :], mask=rmask[:, None] & kmask[None, :], other=0.0)
-        if SWIGLU:  # x = silu(gate) * up, rounded as F.silu(gate) * up would round
-            g = tl.load(x_ptr + cols, mask=kmask, other=0.0).to(tl.float32)
-            u = tl.load(x_ptr + K + cols, mask=kmask, other=0.0).to(tl.float32)
-            act = (g / (1.0 + tl.exp(-g))).to(y_ptr.dtype.element_ty).to(tl.float32)
-            x = (act * u).to(y_ptr.dtype.element_ty).to(tl.float32)
-        else:
-            x = tl.load(x_ptr + cols, mask=kmask, other=0.0).to(tl.float32)
-        acc += w.to(tl.float32) * x[None, :]
-    tl.store(y_ptr + rows, tl.sum(acc, axis=1).to(y_ptr.dtype.element_ty), mask=rmask)
+        acc += w.to(tl.float32) * _gemv_x(x_ptr, cols, kmask, K, SWIGLU, dt)[None, :]
+    tl.store(y_ptr + rows, tl.sum(acc, axis=1).to(dt), mask=rmask)
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, tile: tuple[int, int, int], *,
-         swiglu: bool = False) -> torch.Tensor:
+         swiglu: bool = False, pdl: bool = False) -> torch.Tensor:
     """x (1, K) (or (1, 2K) gate|up with ``swiglu``), w (N, K) -> (1, N)."""
     n, k = w.shape
     block_n, block_k, warps = tile
     y = torch.empty((1, n), dtype=w.dtype, device=w.device)
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         x, w, y, n, k, w.stride(0), SWIGLU=swiglu, EVEN_K=k % block_k == 0, BLOCK_N=block_n,
-        BLOCK_K=block_k, num_warps=warps, num_stages=3)
+        BLOCK_K=block_k, PDL=pdl, num_warps=warps, num_stages=3, **launch_kw(pdl))
     return y
 
 
@@ -91,10 +110,13 @@ def _time_us(fn, n_weights: int, reps: int = 3) -> float:
 
 class LinearPlan:
     """Per weight shape (and SwiGLU flag): the fastest of cuBLAS and the ``gemv`` tiles at one
-    row; more rows always go to cuBLAS."""
+    row; more rows always go to cuBLAS. With ``pdl`` the gemv tiles are launched (and timed)
+    with programmatic dependent launch, as back-to-back kernels of a step run them."""
 
-    def __init__(self) -> None:
-        self.choice: dict[tuple[int, int, bool], tuple[int, int, int] | None] = {}
+    def __init__(self, pdl: bool = False, choice: dict | None = None) -> None:
+        self.pdl = pdl
+        # (n, k, swiglu) -> gemv tile, or None for cuBLAS; a given ``choice`` is kept untimed
+        self.choice: dict[tuple[int, int, bool], tuple[int, int, int] | None] = dict(choice or {})
         self.timings: dict[tuple[int, int, bool], dict[str, float]] = {}
 
     def tune(self, w: torch.Tensor, swiglu: bool = False) -> None:
@@ -111,11 +133,12 @@ class LinearPlan:
         for tile in TILES:
             if tile[1] > triton.next_power_of_2(w.shape[1]):
                 continue
-            out = gemv(x, w, tile, swiglu=swiglu)
+            out = gemv(x, w, tile, swiglu=swiglu, pdl=self.pdl)
             err = float((out.float() - ref.float()).abs().max() / ref.float().abs().max())
             if err > 2e-2:  # a wrong kernel never wins on speed
                 raise AssertionError(f"gemv {tile} on {tuple(w.shape)}: rel err {err:.3g}")
-            us = _time_us(lambda i, tile=tile: gemv(x, ws[i], tile, swiglu=swiglu), len(ws))
+            us = _time_us(lambda i, tile=tile: gemv(x, ws[i], tile, swiglu=swiglu, pdl=self.pdl),
+                          len(ws))
             times[f"gemv_{tile[0]}x{tile[1]}w{tile[2]}"] = us
             if us < best_us:
                 best, best_us = tile, us
@@ -127,4 +150,4 @@ class LinearPlan:
         tile = self.choice.get((*w.shape, swiglu)) if x.shape[0] == 1 else None
         if tile is None:
             return _cublas(x, w, swiglu)
-        return gemv(x, w, tile, swiglu=swiglu)
+        return gemv(x, w, tile, swiglu=swiglu, pdl=self.pdl)

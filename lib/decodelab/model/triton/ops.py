@@ -1,5 +1,7 @@
 """``TritonOps``: the decode step's operations on Triton kernels, with the same methods and
-contracts as ``model.TorchOps``, so the model swaps one for the other."""
+contracts as ``model.TorchOps``, so the model swaps one for the other. With ``pdl`` every
+Triton kernel is launched with programmatic dependent launch (:mod:`.pdl`): each one becomes
+resident while the one before drains, and the matmuls stream their first weight tile early."""
 
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ from decodelab.model.triton.linear import LinearPlan
 class TritonOps:
     """Fused kernels with the same methods and contracts as ``model.TorchOps``."""
 
-    def __init__(self) -> None:
-        self.plan = LinearPlan()
+    def __init__(self, pdl: bool = False, linear_choice: dict | None = None) -> None:
+        self.pdl = pdl
+        self.plan = LinearPlan(pdl, linear_choice)
 
     def tune(self, weights) -> None:
         """Pick cuBLAS or a gemv tile for every batch-1 matmul shape of these weights."""
@@ -33,16 +36,23 @@ class TritonOps:
     def swiglu_linear(self, gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return self.plan(gate_up.contiguous(), w, swiglu=True)
 
-    @staticmethod
-    def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-        return rms_norm_rows(x.contiguous(), None, w, eps)
+    def rms_norm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        return rms_norm_rows(x.contiguous(), None, w, eps, pdl=self.pdl)
 
-    @staticmethod
-    def add_rms_norm(h: torch.Tensor, x: torch.Tensor, w: torch.Tensor, eps: float
+    def add_rms_norm(self, h: torch.Tensor, x: torch.Tensor, w: torch.Tensor, eps: float
                      ) -> tuple[torch.Tensor, torch.Tensor]:
         """h += x in place (h is the residual stream the model owns); returns (h, norm(h))."""
-        return h, rms_norm_rows(h, x.contiguous(), w, eps)
+        return h, rms_norm_rows(h, x.contiguous(), w, eps, pdl=self.pdl)
 
-    rope_write = staticmethod(rope_write)
-    silu_mul = staticmethod(silu_mul)
-    decode_attention = staticmethod(paged_decode_attention)
+    def rope_write(self, q, k, v, positions, cos, sin, cache, layer: int, slot_mapping
+                   ) -> torch.Tensor:
+        return rope_write(q, k, v, positions, cos, sin, cache, layer, slot_mapping,
+                          pdl=self.pdl)
+
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        return silu_mul(gate_up, pdl=self.pdl)
+
+    def decode_attention(self, q, k_cache, v_cache, block_tables, context_lens, scale
+                         ) -> torch.Tensor:
+        return paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale,
+                                      pdl=self.pdl)

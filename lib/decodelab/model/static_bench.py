@@ -1,0 +1,83 @@
+"""Rows of the ``compile_static`` peer in ``bench paged_model`` (GPU only): for every batch x
+context, a :class:`~decodelab.model.static_peer.StaticCacheLlama` holding the same K/V as a
+set of paged sequences, checked against our decode step (eager and compiled) before it is
+timed. Compilation (``mode="max-autotune"``: GEMM autotuning, then CUDA-graph recording) is
+timed apart, in ``compile_s``, and never inside ``ms_per_token``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import torch
+
+from decodelab.core.timing import median_times
+from decodelab.model.check import HF_BF16_RTOL, rel_err
+from decodelab.model.llama import PagedLlama
+from decodelab.model.rows import PagedModelRow
+from decodelab.model.static_peer import StaticCacheLlama
+from decodelab.model.workload import decode_inputs
+
+log = logging.getLogger(__name__)
+MODE = "compile_static"
+# Calls that compile and record the CUDA graph (cudagraph trees record on the second call of
+# a new shape and replay from the third); all of them count as compile time.
+COMPILE_CALLS = 3
+
+
+def _cudagraph_skips() -> int:
+    """Inductor's count of graphs it ran without CUDA graphs (0 = the peer is captured)."""
+    from torch._dynamo.utils import counters
+
+    return counters["inductor"]["cudagraph_skips"]
+
+
+def _one(model: PagedLlama, batch: int, context: int, cfg, row_for: Callable
+         ) -> PagedModelRow:
+    tables, (ids, pos, slots, bt, lens) = decode_inputs(model.cache, batch, context)
+    try:
+        peer = StaticCacheLlama(model.config, model.weights, model.cos, model.sin, batch,
+                                context)
+        peer.load_from_paged(model.cache, bt)
+        want = model.decode(ids, pos, slots, bt, lens).clone()  # ours, eager
+        err = rel_err(peer(ids), want)
+        skips = _cudagraph_skips()
+        compiled = torch.compile(peer, mode="max-autotune", fullgraph=True, dynamic=False)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(COMPILE_CALLS):
+            got = compiled(ids)
+        torch.cuda.synchronize()
+        compile_s = time.perf_counter() - t0
+        err = max(err, rel_err(got, want))
+        if err > HF_BF16_RTOL:
+            raise AssertionError(f"{MODE} at batch {batch}, context {context}: logits differ "
+                                 f"from ours by {err:.3g} > {HF_BF16_RTOL}")
+        if _cudagraph_skips() > skips:
+            raise RuntimeError(f"{MODE} at batch {batch}, context {context}: inductor ran "
+                               "without a CUDA graph, so the peer is not at its best")
+        wall, host, dev_s = median_times(lambda: compiled(ids), True, cfg.timing)
+        log.info("%s B=%d ctx=%d: %.3f ms/step, compile %.1f s", MODE, batch, context,
+                 wall * 1e3, compile_s)
+        return row_for(MODE, batch, context, wall, host, dev_s, max_rel_err=err,
+                       compile_s=compile_s)
+    finally:
+        for t in tables:
+            model.cache.pool.free(t)
+
+
+def compile_static_rows(model: PagedLlama, cfg, row_for: Callable) -> list[PagedModelRow]:
+    """One row per context x batch of ``cfg``; ``row_for(mode, batch, context, wall, host,
+    device_s, **extra)`` builds it (bytes and roofline as for our own rows)."""
+    import torch._dynamo
+
+    rows = []
+    with torch._dynamo.config.patch(cache_size_limit=64):
+        for context in cfg.contexts:
+            for batch in cfg.batches:
+                rows.append(_one(model, batch, context, cfg, row_for))
+                torch._dynamo.reset()  # frees the shape's CUDA-graph pool and cache copy
+                torch.cuda.empty_cache()
+    return rows
