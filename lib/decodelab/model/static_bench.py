@@ -7,7 +7,6 @@ timed apart, in ``compile_s``, and never inside ``ms_per_token``.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 
@@ -20,7 +19,6 @@ from decodelab.model.rows import PagedModelRow
 from decodelab.model.static_peer import StaticCacheLlama
 from decodelab.model.workload import decode_inputs
 
-log = logging.getLogger(__name__)
 MODE = "compile_static"
 # Calls that compile and record the CUDA graph (cudagraph trees record on the second call of
 # a new shape and replay from the third); all of them count as compile time.
@@ -59,8 +57,8 @@ def _one(model: PagedLlama, batch: int, context: int, cfg, row_for: Callable
             raise RuntimeError(f"{MODE} at batch {batch}, context {context}: inductor ran "
                                "without a CUDA graph, so the peer is not at its best")
         wall, host, dev_s = median_times(lambda: compiled(ids), True, cfg.timing)
-        log.info("%s B=%d ctx=%d: %.3f ms/step, compile %.1f s", MODE, batch, context,
-                 wall * 1e3, compile_s)
+        print(f"[bench] paged_model: {MODE} B={batch} context {context}: "
+              f"{wall * 1e3:.3f} ms/step, compile {compile_s:.1f} s", flush=True)
         return row_for(MODE, batch, context, wall, host, dev_s, max_rel_err=err,
                        compile_s=compile_s)
     finally:
