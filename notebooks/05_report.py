@@ -38,7 +38,9 @@ context = 512  # tokens of context of the transformer-decode regimes
 from IPython.display import Markdown, display
 
 from decodelab import notebooks, plots
+from decodelab.analysis import compute_view as cv
 from decodelab.analysis import notebook as nb
+from decodelab.analysis.compute_split import split_compute
 from decodelab.analysis.decompose import regime_markdown
 from decodelab.analysis.findings import conclusions, findings
 from decodelab.analysis.notebook import NotebookParams
@@ -86,6 +88,25 @@ found = findings(tables, regimes, params.headline)
 display(Markdown(f"**Findings** ({len(found)} computed from the tables):\n\n" + "\n".join(
     f"{i}. {f.text} **{f.number}** (from `{f.source}`)" for i, f in enumerate(found, 1))
     if found else "No finding can be computed yet: no phase tables."))
+
+# %% [markdown] tags=["report-summary"]
+# ### Compute, split
+#
+# "Compute" above is the time the kernels take, not what their work needs. One level deeper,
+# each regime's compute term splits into its **floor** (the larger of the bytes the step must
+# move at the measured copy bandwidth and its FLOPs at the measured matmul rate: no
+# implementation on this GPU can beat it), its **kernel boundaries** (per kernel, its time minus
+# its own floor, summed; for the toy step, the measured fixed cost of each of its kernels), the
+# **attention above its floor**, and the **rest** (the remainder; the last column says what it
+# holds). The rows and derivation of every part are listed under "Every term", below.
+
+# %% tags=["report-summary"]
+splits, split_notes = split_compute(tables, regimes, params.headline)
+if splits:
+    display(show_table(cv.split_table(splits), cv.SPLIT_LABELS, caption=(
+        f"Computed from {origin_name}." + (" Not split: " + "; ".join(split_notes) + "."
+                                           if split_notes else ""))))
+display(Markdown(cv.toy_lines(splits) + "\n\n" + cv.transformer_verdict(splits, regimes)))
 
 # %% [markdown]
 # ## How each term is measured
@@ -176,11 +197,15 @@ if nb.explore_figure(tables, params, alt_config, toy_only=True) is None:
 # The dominant layer is the largest term of each regime, and the runner-up shows what an
 # optimisation of the dominant one would reveal next. A `check` other than "ok" flags a
 # remainder that came out negative: its sources (different runs or measurement windows) then
-# over-explain the step. Every term, with the rows it comes from and how it is derived:
+# over-explain the step. Every term, with the rows it comes from and how it is derived, then
+# every part of the compute split:
 
 # %%
 if not terms.empty:
     display(show_table(terms, nb.TERM_LABELS))
+if splits:
+    display(show_table(cv.parts_frame(splits), cv.PART_LABELS,
+                       caption="The compute split: every part, its rows and its derivation."))
 
 # %% [markdown]
 # ## The seed study's claims against our measurements

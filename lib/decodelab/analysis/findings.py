@@ -93,6 +93,21 @@ def roofline(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
                    f"{g['roofline_fraction']:.0%} of roofline", src)
 
 
+def compute_floor(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
+    from decodelab.analysis.compute_split import split_compute
+
+    splits, notes = split_compute(tables, _needed(regimes, "transformer decode"), h)
+    if not splits:
+        raise MissingData("; ".join(notes))
+    s = splits[0]
+    floor, boundaries = s.us("floor"), s.us("kernel boundaries")
+    return Finding(f"Split one level deeper, the transformer step's compute "
+                   f"({fmt_us(s.compute.us)} µs) is {fmt_us(floor)} µs of floor (its bytes or "
+                   f"FLOPs at the measured rates), {fmt_us(boundaries)} µs of kernel boundaries "
+                   f"and {fmt_us(s.us('attention above floor'))} µs of attention above its "
+                   "floor.", f"floor {floor / s.compute.us:.0%} of compute", s.parts[0].source)
+
+
 def versus_transformers(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
     from decodelab.model.analysis import vs_transformers
 
@@ -142,8 +157,8 @@ def communication(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Fin
 
 
 FINDINGS: tuple[Callable[[Tables, Sequence[Regime], Headline], Finding], ...] = (
-    graph_removes_dispatch, replay_cost, persistent_rate, roofline, versus_transformers,
-    attention_rate, orchestration, communication)
+    graph_removes_dispatch, replay_cost, persistent_rate, roofline, compute_floor,
+    versus_transformers, attention_rate, orchestration, communication)
 
 
 def findings(tables: Tables, regimes: Sequence[Regime], h: Headline | None = None

@@ -1,0 +1,102 @@
+"""The compute split as notebook 05 shows it: one row per regime, every part with its rows, and
+the two statements it reads off the split (how much of the toy step's compute sits above its
+floor; whether the seed's "Real Transformer Decode → Compute" holds once the floor is apart)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import pandas as pd
+
+from decodelab.analysis.compute_split import TOY, ComputeSplit
+from decodelab.analysis.layers import Regime, fmt_us
+from decodelab.core.seed import SEED_REGIMES
+
+SPLIT_LABELS = {"regime": "regime", "config": "measured at", "compute_us": "compute (µs)",
+                "floor_us": "floor (µs)", "floor_share": "floor, share of compute",
+                "boundaries_us": "kernel boundaries (µs)",
+                "attention_us": "attention above floor (µs)", "rest_us": "rest (µs)",
+                "rest_is": "the rest is"}
+PART_LABELS = {"regime": "regime", "part": "part", "us": "µs per step",
+               "share": "share of compute", "source": "rows", "how": "derived as"}
+
+
+def split_table(splits: Sequence[ComputeSplit]) -> pd.DataFrame:
+    """One row per regime: compute, its floor (and share), kernel boundaries, attention above
+    its floor and the rest, in µs per step (NaN where a regime has no such part)."""
+    rows = [{"regime": s.regime, "config": s.config, "compute_us": s.compute.us,
+             "floor_us": s.us("floor"), "floor_share": s.us("floor") / s.compute.us,
+             "boundaries_us": s.us("kernel boundaries"),
+             "attention_us": s.us("attention above floor"), "rest_us": s.us("rest"),
+             "rest_is": s.rest_is} for s in splits]
+    return pd.DataFrame(rows, columns=list(SPLIT_LABELS))
+
+
+def parts_frame(splits: Sequence[ComputeSplit]) -> pd.DataFrame:
+    """Tidy rows: regime, part, µs, share of compute, the rows it comes from, its derivation."""
+    rows = [{"regime": s.regime, "part": t.layer, "us": t.us, "share": t.us / s.compute.us,
+             "source": t.source, "how": t.how} for s in splits for t in s.parts]
+    return pd.DataFrame(rows, columns=list(PART_LABELS))
+
+
+def _share(part: float, whole: float) -> str:
+    share = part / whole
+    if abs(share) < 0.001:
+        return "<0.1%"
+    return f"{share:.1%}" if abs(share) < 0.1 else f"{share:.0%}"
+
+
+def toy_lines(splits: Sequence[ComputeSplit]) -> str:
+    """How much of the toy regimes' compute sits above the floor, and what it is."""
+    toy = [s for s in splits if s.regime in TOY]
+    if not toy:
+        return "No toy regime's compute could be split yet."
+    above = [s.above_floor / s.compute.us for s in toy]
+    floor = toy[0].us("floor")
+    amount = "almost all" if min(above) > 0.9 else "most" if min(above) > 0.5 else "part"
+    lines = [f"**The toy step** ({toy[0].config.split(',')[0]}): {amount} of its compute sits "
+             f"above the floor, {min(above):.1%} to {max(above):.1%} across the toy regimes. "
+             f"Its bytes and FLOPs need {fmt_us(floor)} µs at the measured rates; what sits "
+             "above is the cost of the way they run:"]
+    for s in toy:
+        fixed = s.us("kernel boundaries")
+        parts = [f"floor {fmt_us(floor)} µs ({_share(floor, s.compute.us)})"]
+        if math.isfinite(fixed):
+            parts.append(f"per-kernel fixed cost {fmt_us(fixed)} µs "
+                         f"({_share(fixed, s.compute.us)})")
+        parts.append(f"{s.rest_is} {fmt_us(s.us('rest'))} µs "
+                     f"({_share(s.us('rest'), s.compute.us)})")
+        lines.append(f"- {s.regime}: compute {fmt_us(s.compute.us)} µs = " + ", ".join(parts)
+                     + ".")
+    return "\n".join(lines)
+
+
+def transformer_verdict(splits: Sequence[ComputeSplit], regimes: Sequence[Regime]) -> str:
+    """Whether the seed's "Real Transformer Decode → Compute" holds once the floor is split
+    out of compute: is the floor the largest single part of the step, or the boundaries?"""
+    seed = next(s for s in SEED_REGIMES if s.regime == "transformer decode")
+    split = next((s for s in splits if s.regime == "transformer decode"), None)
+    regime = next((r for r in regimes if r.name == "transformer decode"), None)
+    if split is None or regime is None:
+        return f'The seed\'s "{seed.quote}" cannot be checked one level deeper yet: no split ' \
+               "of the transformer regime's compute."
+    parts = [(t.layer, t.us) for t in regime.terms if t.layer != "compute"]
+    parts += [(t.layer, t.us) for t in split.parts]
+    ranked = sorted(parts, key=lambda p: p[1], reverse=True)
+    (top, top_us), (second, second_us) = ranked[0], ranked[1]
+    step = regime.step_us
+    said = (f"the largest single part of the {fmt_us(step)} µs step ({regime.config}) is "
+            f"{top} ({fmt_us(top_us)} µs, {top_us / step:.0%}), then {second} "
+            f"({fmt_us(second_us)} µs, {second_us / step:.0%})")
+    if top == "floor":
+        verdict = ("holds once the floor is separated: " + said + ". The largest part is the "
+                   "memory traffic the work needs, not a cost of the way it runs; the "
+                   f"{fmt_us(step - top_us)} µs ({1 - top_us / step:.0%}) above the floor is "
+                   "what a faster implementation on this GPU could still remove")
+    elif top == "kernel boundaries":
+        verdict = ("holds only in name once the floor is separated: " + said + ". Kernel "
+                   "boundaries, not the memory traffic, set the step")
+    else:
+        verdict = "is not what the split shows: " + said
+    return f'**The seed\'s regime-table line "{seed.quote}"** {verdict}.'
