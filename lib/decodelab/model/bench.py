@@ -39,7 +39,7 @@ from decodelab.core.device import has_cuda
 from decodelab.core.profiles import PROFILES
 from decodelab.core.results import write_table
 from decodelab.core.timing import TimingConfig, median_times
-from decodelab.core.validate import check_choice
+from decodelab.core.validate import ConfigError, check_choice
 from decodelab.model import check as checks
 from decodelab.model.attention_bench import ATTENTION_TABLE, attention_rows
 from decodelab.model.block_pool import blocks_needed
@@ -67,6 +67,10 @@ class PagedModelBenchConfig:
     contexts: tuple[int, ...]
     hf_batches: tuple[int, ...]
     hf_new_tokens: int
+    # (batch, context) points of the compile_static peer (GPU): max-autotune spends about
+    # 1.5 min per batch size autotuning its GEMMs on an H200, so it is measured where the
+    # comparison matters, not at every point.
+    compile_points: tuple[tuple[int, int], ...] = ()
     block_size: int = 16
     warmup: int = 3
     repeats: int = 10
@@ -75,12 +79,18 @@ class PagedModelBenchConfig:
     def __post_init__(self) -> None:
         check_choice("PagedModelBenchConfig", "profile", self.profile, PROFILES)
         check_choice("PagedModelBenchConfig", "dtype", self.dtype, ("bfloat16", "float32"))
+        for batch, context in self.compile_points:
+            if batch not in self.batches or context not in self.contexts:
+                raise ConfigError(f"PagedModelBenchConfig.compile_points: ({batch}, {context}) "
+                                  f"is not a measured point; batches {self.batches}, "
+                                  f"contexts {self.contexts}")
 
     @classmethod
     def for_profile(cls, profile: str) -> PagedModelBenchConfig:
         if profile == "gpu" and has_cuda():
             return cls(profile, "llama-3.2-1b", "bfloat16", (1, 8, 32, 128), (512, 4096),
-                       hf_batches=(1, 8), hf_new_tokens=17)
+                       hf_batches=(1, 8), hf_new_tokens=17,
+                       compile_points=((1, 512), (32, 512), (128, 4096)))
         if profile == "smoke":
             return cls(profile, "tiny", "float32", (1, 4), (32,), hf_batches=(1,),
                        hf_new_tokens=9, warmup=1, repeats=2, inner=2)
@@ -110,6 +120,9 @@ def _time_ours(model: PagedLlama, graphs: dict, cfg: PagedModelBenchConfig, step
                 rows.append(PagedModelRow.measured(mode, batch, context, wall, host, dev_s,
                                                    step_bytes(batch, context), bw,
                                                    max_rel_err=checked[mode], **extra))
+                print(f"[bench] paged_model: {mode} B={batch} context {context}: "
+                      f"{wall * 1e3:.3f} ms/step, {rows[-1].roofline_fraction:.0%} of roofline",
+                      flush=True)
             for t in tables:
                 model.cache.pool.free(t)
     return rows

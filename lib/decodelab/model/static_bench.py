@@ -67,15 +67,14 @@ def _one(model: PagedLlama, batch: int, context: int, cfg, row_for: Callable
 
 
 def compile_static_rows(model: PagedLlama, cfg, row_for: Callable) -> list[PagedModelRow]:
-    """One row per context x batch of ``cfg``; ``row_for(mode, batch, context, wall, host,
-    device_s, **extra)`` builds it (bytes and roofline as for our own rows)."""
+    """One row per (batch, context) of ``cfg.compile_points``; ``row_for(mode, batch, context,
+    wall, host, device_s, **extra)`` builds it (bytes and roofline as for our own rows)."""
     import torch._dynamo
 
     rows = []
     with torch._dynamo.config.patch(cache_size_limit=64):
-        for context in cfg.contexts:
-            for batch in cfg.batches:
-                rows.append(_one(model, batch, context, cfg, row_for))
-                torch._dynamo.reset()  # frees the shape's CUDA-graph pool and cache copy
-                torch.cuda.empty_cache()
+        for batch, context in cfg.compile_points:
+            rows.append(_one(model, batch, context, cfg, row_for))
+            torch._dynamo.reset()  # frees the shape's CUDA-graph pool and cache copy
+            torch.cuda.empty_cache()
     return rows
