@@ -6,8 +6,10 @@ low-latency decode).
 Same model, same weights (the tensors are shared, not copied) and the same rounding as
 ``model.TorchOps``; only the cache differs: per layer one (B, Hkv, T, D) tensor of K and one
 of V instead of pages. The cache holds exactly ``context`` positions and every row decodes at
-position ``context - 1``, so attention covers the whole cache and needs no mask: SDPA's
-fastest (flash/cuDNN) path, the peer's best case at a fixed context.
+position ``context - 1``, so attention covers the whole cache and needs no mask. The G query
+heads that share a KV head are folded into SDPA's query length ((B, Hkv, G, D) against
+(B, Hkv, T, D)): each K/V is read once on the flash/cuDNN path. (``enable_gqa=True`` or
+repeating K/V per query head falls back to a path that copies the cache every step.)
 
     peer = StaticCacheLlama(config, weights, cos, sin, batch, context)
     peer.load_from_paged(cache, block_tables)   # same K/V as a paged sequence set (validation)
@@ -80,8 +82,9 @@ class StaticCacheLlama(nn.Module):
             k = TorchOps.rope(k.view(b, cfg.num_kv_heads, cfg.head_dim), cos, sin)
             self.k_cache[i, :, :, pos] = k
             self.v_cache[i, :, :, pos] = v.view(b, cfg.num_kv_heads, cfg.head_dim)
-            a = F.scaled_dot_product_attention(q[:, :, None], self.k_cache[i], self.v_cache[i],
-                                               enable_gqa=True)  # (B, H, 1, D)
+            a = F.scaled_dot_product_attention(
+                q.view(b, cfg.num_kv_heads, cfg.group_size, cfg.head_dim), self.k_cache[i],
+                self.v_cache[i])  # (B, Hkv, G, D): head h = kv head h // G, as in the model
             h = h + F.linear(a.reshape(b, cfg.q_size), self._w(i, "o"))
             x = TorchOps.rms_norm(h, self._w(i, "mlp_norm"), eps)
             h = h + F.linear(TorchOps.silu_mul(F.linear(x, self._w(i, "gate_up"))),

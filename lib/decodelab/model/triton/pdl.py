@@ -45,6 +45,9 @@ def enter(PDL: tl.constexpr):
 
 
 def launch_kw(pdl: bool) -> dict[str, bool]:
-    """Launch options for a Triton kernel call: empty unless ``pdl`` (so the interpreter and
-    older GPUs never see the option)."""
-    return {"launch_pdl": True} if pdl else {}
+    """Launch options for a Triton kernel call: PDL only while a CUDA graph is being captured,
+    where it becomes a programmatic edge between graph nodes. Eager steps launch plainly: there
+    the host, one launch at a time, separates the kernels, not the drain, and the kernels' own
+    ``gdc_wait`` is a no-op. Empty unless ``pdl``, so the interpreter and older GPUs never see
+    the option."""
+    return {"launch_pdl": True} if pdl and torch.cuda.is_current_stream_capturing() else {}
