@@ -35,4 +35,4 @@ def test_static_cache_step_equals_paged_decode(tied, batch, context):
     # the step wrote its own K/V where ours did
     last = context - 1
     block, off = bt[0, last // 16].long(), last % 16
-    torch.testing.assert_close(peer.k_cache[0, 0, :, last], cache.k[0][block, :, off])
+    torch.testing.assert_close(peer.l0_k[0, :, last], cache.k[0][block, :, off])

@@ -42,9 +42,13 @@ class StaticCacheLlama(nn.Module):
             raise ValueError("StaticCacheLlama: attention biases are not supported")
         self.config, self.context = config, context
         dev, dtype = weights.embed.device, weights.embed.dtype
-        shape = (config.num_layers, batch, config.num_kv_heads, context, config.head_dim)
-        self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=dev))
-        self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=dev))
+        # One (B, Hkv, T, D) buffer per layer, written at a tensor index: inductor then updates
+        # it in place (a slice of one all-layer buffer was copied whole at every write).
+        shape = (batch, config.num_kv_heads, context, config.head_dim)
+        for i in range(config.num_layers):
+            self.register_buffer(f"l{i}_k", torch.zeros(shape, dtype=dtype, device=dev))
+            self.register_buffer(f"l{i}_v", torch.zeros(shape, dtype=dtype, device=dev))
+        self.register_buffer("write_pos", torch.tensor([context - 1], device=dev))
         for name, t in (("embed", weights.embed), ("final_norm", weights.final_norm),
                         ("lm_head", weights.lm_head), ("cos", cos[context - 1]),
                         ("sin", sin[context - 1])):
@@ -59,8 +63,8 @@ class StaticCacheLlama(nn.Module):
         c, bs = self.context, cache.block_size
         blocks = block_tables[:, :-(-c // bs)].long()  # (B, nb)
         for layer in range(self.config.num_layers):
-            for src, dst in ((cache.k[layer], self.k_cache[layer]),
-                             (cache.v[layer], self.v_cache[layer])):
+            for src, dst in ((cache.k[layer], self._w(layer, "k")),
+                             (cache.v[layer], self._w(layer, "v"))):
                 pages = src[blocks]  # (B, nb, Hkv, bs, D)
                 b, nb, hkv, _, d = pages.shape
                 dst.copy_(pages.permute(0, 2, 1, 3, 4).reshape(b, hkv, nb * bs, d)[:, :, :c])
@@ -71,7 +75,7 @@ class StaticCacheLlama(nn.Module):
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         cfg, eps = self.config, self.config.rms_norm_eps
-        b, pos = input_ids.shape[0], self.context - 1
+        b = input_ids.shape[0]
         h = F.embedding(input_ids, self.embed)  # (B, d)
         cos, sin = self.cos[None, :].expand(b, -1), self.sin[None, :].expand(b, -1)
         for i in range(cfg.num_layers):
@@ -80,11 +84,12 @@ class StaticCacheLlama(nn.Module):
                 [cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
             q = TorchOps.rope(q.view(b, cfg.num_heads, cfg.head_dim), cos, sin)
             k = TorchOps.rope(k.view(b, cfg.num_kv_heads, cfg.head_dim), cos, sin)
-            self.k_cache[i, :, :, pos] = k
-            self.v_cache[i, :, :, pos] = v.view(b, cfg.num_kv_heads, cfg.head_dim)
+            kc, vc = self._w(i, "k"), self._w(i, "v")  # (B, Hkv, T, D)
+            kc[:, :, self.write_pos] = k[:, :, None]
+            vc[:, :, self.write_pos] = v.view(b, cfg.num_kv_heads, 1, cfg.head_dim)
             a = F.scaled_dot_product_attention(
-                q.view(b, cfg.num_kv_heads, cfg.group_size, cfg.head_dim), self.k_cache[i],
-                self.v_cache[i])  # (B, Hkv, G, D): head h = kv head h // G, as in the model
+                q.view(b, cfg.num_kv_heads, cfg.group_size, cfg.head_dim), kc,
+                vc)  # (B, Hkv, G, D): head h = kv head h // G, as in the model
             h = h + F.linear(a.reshape(b, cfg.q_size), self._w(i, "o"))
             x = TorchOps.rms_norm(h, self._w(i, "mlp_norm"), eps)
             h = h + F.linear(TorchOps.silu_mul(F.linear(x, self._w(i, "gate_up"))),
