@@ -115,9 +115,50 @@ if pm is not None:
     display(Markdown(nb.peers_prose(vs)))
 
 # %% [markdown]
+# ## Against `torch.compile`
+#
+# The peer a PyTorch user gets without us: the same model and weights over a static
+# contiguous cache, `torch.compile(mode="max-autotune", fullgraph=True)` (autotuned GEMMs,
+# fused element-wise kernels, a CUDA graph), checked against our step before it is timed. Its
+# compilation is a one-time cost reported apart; max-autotune spends minutes per batch size, so
+# the bench times it at the points its configuration names.
+
+# %%
+if pm is not None:
+    compiled = analysis.vs_compiled(pm)
+    if not compiled.empty:
+        display(show_table(compiled, {
+            "origin": "source", "model": "model", "batch": "batch", "context": "context",
+            "ms_per_token": "ours, graph (ms)", "compile_static_ms": "compile_static (ms)",
+            "speedup": "compile_static / ours", "compile_s": "its compilation (s)"}))
+    display(Markdown(nb.compiled_prose(compiled, nb.table_edits("paged_model"))))
+
+# %% [markdown]
+# ## The kernel-boundary layer
+#
+# Inside a graph, each kernel waits for the one before to finish: the last thread blocks of
+# one drain while most SMs idle, then the next launches and starts its loads from nothing.
+# With programmatic dependent launch (sm_90+) each Triton kernel becomes resident while its
+# predecessor drains, waits only where it reads that predecessor's output, and the matmuls
+# stream their first weight tile before that wait. The bench times the same kernels both
+# ways (`graph_no_pdl` and `graph`): the difference is the boundary cost PDL removes.
+
+# %%
+if pm is not None:
+    effect = analysis.boundary_effect(pm)
+    if not effect.empty:
+        display(show_table(effect, {
+            "origin": "source", "model": "model", "batch": "batch", "context": "context",
+            "graph_no_pdl_ms": "without PDL (ms)", "ms_per_token": "with PDL (ms)",
+            "saved_us": "saved (µs)", "roofline_before": "of roofline, without",
+            "roofline_after": "of roofline, with"}))
+    display(Markdown(nb.boundary_prose(effect)))
+
+# %% [markdown]
 # ## Where the step's time goes, kernel by kernel
 #
-# One graph step at batch 1, profiled (GPU only). For the kernels whose traffic the model's
+# One graph step at batch 1, profiled (GPU only), launched without PDL so that no kernel's
+# time includes waiting for another. For the kernels whose traffic the model's
 # shapes determine, the bytes per step and the rate reached: the matmuls read their weights
 # (plus the batch's input and output rows), attention reads the K/V of the context. Which
 # matmul runs where comes from `paged_model_linear`: per weight shape, the fastest of cuBLAS

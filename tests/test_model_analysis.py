@@ -2,6 +2,7 @@
 floor, the peer comparison, the bytes each kernel must move (checked against the weights the
 model really holds), attention's rate at long context, the capture cost, and the prose."""
 
+import json
 import math
 
 import pandas as pd
@@ -164,3 +165,60 @@ def test_notebook_params():
     assert nb.NotebookParams(profile="smoke", interactive=False).bench_profile == "smoke"
     with pytest.raises(ConfigError, match="context"):
         nb.NotebookParams(profile="smoke", context=0)
+
+
+def _with_modes() -> pd.DataFrame:
+    """_pm plus a step without PDL at two points (one faster, one slower than the graph) and
+    compile_static at one point."""
+    pm = _pm()
+    extra = []
+    for mode, batch, context, ms in (("graph_no_pdl", 1, 64, 25.0), ("graph_no_pdl", 8, 256, 55.0),
+                                     ("compile_static", 8, 64, 50.0)):
+        row = pm[(pm["mode"] == "graph") & (pm["batch"] == batch)
+                 & (pm["context"] == context)].iloc[0].copy()
+        row["mode"], row["ms_per_token"] = mode, ms
+        row["compile_s"] = 60.0 if mode == "compile_static" else math.nan
+        extra.append(row)
+    return pd.concat([pm, pd.DataFrame(extra)], ignore_index=True)
+
+
+def test_boundary_effect_pairs_each_point_with_its_serial_step():
+    effect = analysis.boundary_effect(_with_modes())
+    assert list(zip(effect["batch"], effect["context"], strict=True)) == [(1, 64), (8, 256)]
+    first, second = effect.iloc[0], effect.iloc[1]
+    assert first["saved_us"] == pytest.approx(5000.0)  # 25 ms -> 20 ms
+    assert first["roofline_before"] == pytest.approx(10 / 25)
+    assert first["roofline_after"] == pytest.approx(10 / 20)
+    assert second["saved_us"] == pytest.approx(-5000.0)  # PDL slower here
+    text = nb.boundary_prose(effect)
+    assert "**5000 µs saved**" in text and "-5000 µs (batch 8, context 256)" in text
+    assert "costs time instead" in text
+    assert "not separated" in nb.boundary_prose(analysis.boundary_effect(_pm()))
+
+
+def test_vs_compiled_gives_its_step_over_ours():
+    vs = analysis.vs_compiled(_with_modes())
+    assert len(vs) == 1 and vs.iloc[0]["batch"] == 8 and vs.iloc[0]["context"] == 64
+    assert vs.iloc[0]["speedup"] == pytest.approx(50.0 / 40.0)
+    assert "**1.25x**" in nb.compiled_prose(vs) and "60 s of compilation" in nb.compiled_prose(vs)
+    empty = nb.compiled_prose(analysis.vs_compiled(_pm()), ["H200: rows removed"])
+    assert "was not timed" in empty and "- H200: rows removed" in empty
+
+
+def test_table_edits_read_the_metadata_edited_field(tmp_path, monkeypatch):
+    from decodelab.core.results import write_table
+
+    ref = tmp_path / "reference"
+    monkeypatch.setenv("DECODELAB_REFERENCE", str(ref))
+    monkeypatch.setenv("DECODELAB_LOCAL", str(tmp_path / "local"))
+    (tmp_path / "local").mkdir()
+    for name, edited in (("a", "rows removed: why"), ("b", None)):
+        folder = ref / name
+        folder.mkdir(parents=True)
+        csv = write_table("paged_model", pd.DataFrame([{"x": 1}]), out_dir=folder)
+        if edited:
+            meta = csv.with_name("paged_model.meta.json")
+            data = json.loads(meta.read_text()) | {"edited": edited}
+            meta.write_text(json.dumps(data))
+    edits = nb.table_edits("paged_model")
+    assert len(edits) == 1 and edits[0].endswith("rows removed: why")

@@ -17,6 +17,8 @@ import pandas as pd
 
 OURS = ("eager", "graph")  # our paged model: op by op, and one graph replay per step
 PEERS = ("hf_dynamic", "hf_static")  # transformers' generate: default cache, static cache
+SERIAL = "graph_no_pdl"  # the graph step with every kernel waiting for the one before
+COMPILED = "compile_static"  # torch.compile (max-autotune) + CUDA graph, static cache
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 # What a profiled kernel does, from its name: our Triton kernels start with "_"; cuBLAS names its
 # matmul kernels after the architecture (nvjet, sm90_xmma, cutlass, ..._gemm).
@@ -214,6 +216,36 @@ def capture_cost(pm: pd.DataFrame) -> pd.DataFrame:
         capture_s=("capture_s", "max"), graph_mem_mib=("graph_mem_mib", "max"),
         buckets=("bucket", lambda b: ", ".join(str(int(x)) for x in sorted(b.dropna().unique()))))
     return out.reset_index()
+
+
+def _paired(pm: pd.DataFrame, other: str, cols: list[str]) -> pd.DataFrame:
+    """Our graph rows joined with mode ``other`` at the same origin, batch and context."""
+    pm = _with_origin(pm)
+    pm = pm.assign(**{c: math.nan for c in cols if c not in pm})  # tables of older layouts
+    keys = ["origin", "model", "batch", "context"]
+    ours = pm[pm["mode"] == "graph"][[*keys, "ms_per_token", "copy_gb_s", "bytes_per_step"]]
+    peer = pm[pm["mode"] == other][[*keys, *cols]].rename(
+        columns={"ms_per_token": f"{other}_ms"})
+    return ours.merge(peer, on=keys).sort_values(keys).reset_index(drop=True)
+
+
+def boundary_effect(pm: pd.DataFrame) -> pd.DataFrame:
+    """What programmatic dependent launch removes: per point, the graph step without it
+    (``graph_no_pdl_ms``) and with it, the time saved, and both as a share of the roofline."""
+    out = _paired(pm, SERIAL, ["ms_per_token"])
+    out["saved_us"] = (out[f"{SERIAL}_ms"] - out["ms_per_token"]) * 1e3
+    floor = floor_ms(out)
+    out["roofline_before"] = floor / out[f"{SERIAL}_ms"]
+    out["roofline_after"] = floor / out["ms_per_token"]
+    return out.drop(columns=["copy_gb_s", "bytes_per_step"])
+
+
+def vs_compiled(pm: pd.DataFrame) -> pd.DataFrame:
+    """Our graph step against ``compile_static`` at the points both were timed: ``speedup`` =
+    its step / ours; ``compile_s`` is its one-time compilation."""
+    out = _paired(pm, COMPILED, ["ms_per_token", "compile_s"])
+    out["speedup"] = out[f"{COMPILED}_ms"] / out["ms_per_token"]
+    return out.drop(columns=["copy_gb_s", "bytes_per_step"])
 
 
 def point(pm: pd.DataFrame, origin: str, mode: str, batch: int, context: int) -> pd.Series | None:

@@ -120,6 +120,66 @@ def peers_prose(vs: pd.DataFrame) -> str:
         f"caches): **{r['speedup']:.1f}x**." for _, r in vs.iterrows())
 
 
+def boundary_prose(effect: pd.DataFrame) -> str:
+    """Per origin: what removing the kernel boundaries' drain-and-launch gaps (PDL) saved, at
+    the smallest batch of the shortest context and across every point."""
+    if effect.empty:
+        return ("No step without programmatic dependent launch was timed here (it needs "
+                "sm_90 or newer): the boundary layer is not separated.")
+    lines = []
+    for origin, sel in effect.groupby("origin", sort=False):
+        first = sel.sort_values(["context", "batch"]).iloc[0]
+        lines.append(
+            f"- {_label(origin)}: at batch {first['batch']}, context {first['context']}, the "
+            f"step without PDL takes {first[analysis.SERIAL + '_ms']:.3g} ms and with it "
+            f"{first['ms_per_token']:.3g} ms: **{first['saved_us']:.0f} µs saved**, from "
+            f"{first['roofline_before']:.0%} to {first['roofline_after']:.0%} of the roofline. "
+            + _boundary_range(sel))
+    return "\n".join(lines)
+
+
+def table_edits(name: str) -> list[str]:
+    """What the metadata of each stored copy of table ``name`` says was changed after its run
+    (the ``edited`` field), labelled by origin."""
+    from decodelab.core.results import read_meta, table_files
+
+    notes = []
+    for origin, path in table_files(name):
+        try:
+            edited = read_meta(path).get("edited")
+        except (FileNotFoundError, ValueError):
+            continue
+        if edited:
+            notes.append(f"{_label(origin)}: {edited}")
+    return notes
+
+
+def _boundary_range(sel: pd.DataFrame) -> str:
+    lo, hi = sel.loc[sel["saved_us"].idxmin()], sel.loc[sel["saved_us"].idxmax()]
+    text = (f"Across the {len(sel)} points the saving ranges from {lo['saved_us']:.0f} µs "
+            f"(batch {lo['batch']}, context {lo['context']}) to {hi['saved_us']:.0f} µs (batch "
+            f"{hi['batch']}, context {hi['context']})")
+    if lo["saved_us"] < 0:
+        text += (": where a few long kernels fill the step, PDL costs time instead (not "
+                 "profiled further; a likely cause is successors that become resident early "
+                 "and hold SM slots while they wait)")
+    return text + "."
+
+
+def compiled_prose(vs: pd.DataFrame, edits: list[str] = ()) -> str:
+    """One line per point where ``compile_static`` was timed: its step against ours; without
+    any, why (including what the tables' metadata say was removed)."""
+    if vs.empty:
+        return "\n".join([
+            "`compile_static` was not timed in these tables (it is measured on a GPU, at the "
+            "points its configuration names).", *(f"- {e}" for e in edits)])
+    return "\n".join(
+        f"- {_label(r['origin'])}, batch {r['batch']}, context {r['context']}: "
+        f"`compile_static` {r[analysis.COMPILED + '_ms']:.3g} ms per step (after "
+        f"{r['compile_s']:.0f} s of compilation), ours {r['ms_per_token']:.3g} ms: "
+        f"**{r['speedup']:.2f}x**." for _, r in vs.iterrows())
+
+
 def kernel_prose(profile: pd.DataFrame) -> str:
     """Per origin: how much of the step the matmuls and attention take and the rate each
     reached against the copy bandwidth."""
