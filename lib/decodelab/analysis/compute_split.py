@@ -52,7 +52,9 @@ NAN = math.nan
 TOY = ("eager", "graph", "multi-step graph", "persistent kernel")
 # What the transformer's remainder holds, by the sign of compute - summed kernel time.
 REST_OF_MODEL = {1: "gaps between kernels", 0: "none: compute is the kernels' sum",
-                 -1: "kernel time beyond the device span"}
+                 -1: "kernel overlap: the profiled kernels (launched one after another) "
+                     "take longer than this step's device span, where programmatic dependent "
+                     "launch overlaps them"}
 # Regimes whose tables cannot give a floor, and why.
 NOT_SPLIT = {"runtime loop": "the runtime table records no context, so the K/V bytes its step "
                              "reads (and with them its floor) are unknown"}
