@@ -130,7 +130,7 @@ def test_tensor_parallel_split_is_floor_and_the_rest():
 def test_unknown_kernels_count_whole_as_boundaries():
     assert kernel_class("a_kernel_no_pattern_knows") == "other"
     assert kernel_class("Memcpy DtoD (Device -> Device)") == "other"
-    for name in ("_gemv_pdl_kernel", "_skinny_gemm_kernel", "sm90_xmma_gemm_bf16",
+    for name in ("_gemv_pdl_kernel", "_skinny_gemm_kernel", "sm90_xmma_gemm_bf16", "matmul_kernel",
                  "nvjet_sm90_tst_128x8_64x12", "cutlass::Kernel2<gemm>"):
         assert kernel_class(name) == "matmul", name
     for name in ("_attn_split_kernel", "_merge_splits_kernel", "cutlass::fmha_fwd"):

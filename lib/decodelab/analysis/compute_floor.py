@@ -3,19 +3,19 @@
 The floor is the time no implementation on the measured device can beat:
 ``max(bytes the step must move / copy bandwidth, FLOPs / matmul rate)``, both rates measured
 (phase 0's ``environment`` table, or the copy bandwidth the paged-model run measured itself).
-Kernels of a profile are classed by name (:data:`KERNEL_CLASSES`, regex patterns, so that a
-renamed or new variant of a kernel keeps its class); a name no pattern matches is "other".
+Kernels of a profile are classed by name through the paged model's kernel roles
+(:data:`decodelab.model.analysis.ROLES`); a name no pattern matches is "other".
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 from decodelab.analysis.layers import Headline, MissingData, Tables, fmt_us, selector_of
 from decodelab.analysis.regimes import graph
 from decodelab.core.validate import ConfigError
+from decodelab.model.analysis import role_of
 from decodelab.replay.fit import fit_nodes
 from decodelab.toy.step import named
 
@@ -23,21 +23,13 @@ NAN = math.nan
 # Phase 0's matmul rate for a step's dtype (environment.quantity, TFLOP/s).
 MATMUL_QUANTITY = {"float32": "matmul_fp32", "bfloat16": "matmul_bf16"}
 COPY_QUANTITY = "d2d_copy_bandwidth"  # GB/s, bytes read + written
-# First match wins: attention before matmul, since fused attention kernels may carry a GEMM
-# library's name (cutlass fmha).
-KERNEL_CLASSES: tuple[tuple[str, str], ...] = (
-    ("attention", r"attn|attention|fmha|flash|sdpa|merge_split"),
-    ("matmul", r"gemv|gemm|nvjet|cutlass|xmma|skinny|matmul"),
-)
 OTHER = "other"  # norms, rotary, copies, embedding gathers, and any kernel not matched
 
 
 def kernel_class(name: str) -> str:
     """"attention", "matmul" or :data:`OTHER`, from a profiled kernel's name."""
-    for cls, pattern in KERNEL_CLASSES:
-        if re.search(pattern, name, flags=re.IGNORECASE):
-            return cls
-    return OTHER
+    role = role_of(name)
+    return next((cls for cls in ("attention", "matmul") if role.startswith(cls)), OTHER)
 
 
 def us_at(nbytes: float, gb_s: float) -> float:

@@ -20,13 +20,15 @@ PEERS = ("hf_dynamic", "hf_static")  # transformers' generate: default cache, st
 SERIAL = "graph_no_pdl"  # the graph step with every kernel waiting for the one before
 COMPILED = "compile_static"  # torch.compile (max-autotune) + CUDA graph, static cache
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-# What a profiled kernel does, from its name: our Triton kernels start with "_"; cuBLAS names its
-# matmul kernels after the architecture (nvjet, sm90_xmma, cutlass, ..._gemm).
+# What a profiled kernel does, from its name (first match wins; patterns, so that a renamed or
+# new variant keeps its role): our Triton kernels start with "_"; cuBLAS names its matmul
+# kernels after the architecture (nvjet, sm90_xmma, cutlass, ..._gemm). Attention comes first:
+# fused attention kernels may carry a GEMM library's name (cutlass fmha).
 ROLES: tuple[tuple[str, str], ...] = (
-    ("matmul (Triton gemv)", r"^_gemv"),
-    ("matmul (cuBLAS)", r"gemm|nvjet|cutlass|xmma"),
     ("attention merge", r"merge_split"),
-    ("attention", r"attn"),
+    ("attention", r"attn|attention|fmha|flash|sdpa"),
+    ("matmul (Triton gemv)", r"^_gemv|^_skinny"),
+    ("matmul (cuBLAS)", r"gemm|nvjet|cutlass|xmma|matmul"),
     ("norm + residual", r"rms_norm"),
     ("rotary + cache write", r"rope"),
     ("copy", r"memcpy|copy"),
