@@ -5,6 +5,7 @@
 #   make lab       set up .venv, start JupyterLab on notebooks/ (the URL is printed)
 #   make test-gpu  GPU-marked tests with the machine's own python3 (installs nothing)
 #   make bench-gpu reference measurements with the machine's own python3 (installs nothing)
+#   make report-gpu the report (profile gpu) with the machine's own python3 (installs nothing)
 #   make bench-gpu-tp  tensor-parallel reference measurements on every GPU of the machine
 
 PYTHON     ?= python3
@@ -19,7 +20,7 @@ PROFILE    ?=
 PIP        := $(VPY) -m pip install --quiet --disable-pip-version-check
 HAS_CUDA   := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 
-.PHONY: setup browser report test test-fast lab test-gpu bench-gpu bench-gpu-tp lint \
+.PHONY: setup browser report test test-fast lab test-gpu bench-gpu bench-gpu-tp report-gpu lint \
   notebooks-sync clean-local
 
 setup: $(STAMP)
@@ -68,6 +69,12 @@ test-gpu:
 bench-gpu:
 	PYTHONPATH=lib $(PYTHON) -m decodelab bench all --profile gpu \
 	  --out data/reference/$$(PYTHONPATH=lib $(PYTHON) -c 'from decodelab.core.device import collect_info; print(collect_info().label)')
+
+# For a GPU machine without internet (setup cannot install): papermill, nbconvert and ipykernel
+# must already be importable, e.g. from wheels installed with `pip install --target DIR` and
+# DIR on PYTHONPATH (set JUPYTER_PATH=DIR/share/jupyter too, or nbconvert finds no templates).
+report-gpu:
+	PYTHONPATH=lib$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m decodelab report --profile gpu
 
 # One process per GPU (torchrun); NVLink multicast stays off in every process.
 TP_GPUS ?= $(shell nvidia-smi -L 2>/dev/null | wc -l)
