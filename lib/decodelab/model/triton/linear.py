@@ -6,6 +6,8 @@ o) and split the long one (down) with a separate reduction, reaching about half 
 bandwidth there (measured: see the ``paged_model_kernels`` table). ``gemv`` spreads the rows of
 W over many programs, streams K in chunks, and can compute SwiGLU's silu(gate) * up on the fly
 from the (1, 2f) gate/up vector, so the down projection needs no separate activation kernel.
+Under programmatic dependent launch (``pdl``) a gemv loads its first weight tile before it
+waits for the kernel that produces x: the weights stream while that kernel drains.
 
 ``LinearPlan`` times each candidate (cuBLAS and a few tile shapes) once per weight shape on
 the device — device time inside a CUDA graph, cycling over weight copies larger than the L2
