@@ -1,6 +1,7 @@
-"""Rows of the ``compile_static`` peer in ``bench paged_model`` (GPU only): for every batch x
-context, a :class:`~decodelab.model.static_peer.StaticCacheLlama` holding the same K/V as a
-set of paged sequences, checked against our decode step (eager and compiled) before it is
+"""Rows of the ``compile_static`` peer in ``bench paged_model`` (GPU only): at each of the
+bench's ``compile_points`` (batch, context), a
+:class:`~decodelab.model.static_peer.StaticCacheLlama` holding the same K/V as a set of paged
+sequences, checked against our decode step (eager and compiled) before it is
 timed. Compilation (``mode="max-autotune"``: GEMM autotuning, then CUDA-graph recording) is
 timed apart, in ``compile_s``, and never inside ``ms_per_token``.
 """
