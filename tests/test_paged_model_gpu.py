@@ -112,3 +112,25 @@ def test_pdl_graph_equals_serial_graph(name):
     half = len(outs) // 2
     for pdl_out, serial_out in zip(outs[:half], outs[half:], strict=True):
         assert torch.equal(pdl_out, serial_out)
+
+
+def test_fused_norm_gemv_equals_the_unfused_ops():
+    """At batch 1 the residual add and RMSNorm run in the next gemv's prologue: the same
+    numbers as the add-norm kernel followed by that gemv."""
+    from decodelab.model.triton.fused import rms_norm_rows
+    from decodelab.model.triton.linear import TILES, add_norm_gemv, gemv
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for n, k in ((3072, 2048), (16384, 2048), (40, 96)):
+        w = torch.randn((n, k), device="cuda", generator=gen).to(torch.bfloat16) / k ** 0.5
+        h = torch.randn((1, k), device="cuda", generator=gen).to(torch.bfloat16)
+        res = torch.randn((1, k), device="cuda", generator=gen).to(torch.bfloat16)
+        nw = torch.rand(k, device="cuda", generator=gen).to(torch.bfloat16) + 0.5
+        for tile in TILES[:4]:
+            for add in (True, False):
+                h_ref = h.clone()
+                normed = rms_norm_rows(h_ref, res if add else None, nw, 1e-5)
+                want = gemv(normed, w, tile)
+                h_new, got = add_norm_gemv(h, res if add else None, nw, 1e-5, w, tile)
+                assert torch.equal(h_new, h_ref), (n, k, tile, add)
+                assert checks.rel_err(got, want) < 1e-2, (n, k, tile, add)

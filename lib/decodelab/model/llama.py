@@ -58,6 +58,16 @@ class TorchOps:
         h = h + x
         return h, cls.rms_norm(h, w, eps)
 
+    @classmethod
+    def add_norm_linear(cls, h: torch.Tensor, x: torch.Tensor | None, norm_w: torch.Tensor,
+                        eps: float, w: torch.Tensor, bias: torch.Tensor | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(h + x, linear(rms_norm(h + x), w)); ``x`` None: no add (the first layer)."""
+        if x is None:
+            return h, cls.linear(cls.rms_norm(h, norm_w, eps), w, bias)
+        h, normed = cls.add_rms_norm(h, x, norm_w, eps)
+        return h, cls.linear(normed, w, bias)
+
     @staticmethod
     def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """x (T, heads, D); cos, sin (T, D/2) at each token's position. Half-split rotation."""
@@ -141,19 +151,17 @@ class PagedLlama:
         cfg, w, ops, eps = self.config, self.weights, self.ops, self.config.rms_norm_eps
         t = ids.shape[0]
         h = self._embed(ids)  # (T, d) residual stream
-        x = ops.rms_norm(h, w.layers[0].attn_norm, eps)
+        mlp = None  # the previous layer's MLP output, added to h by the next norm
         for i, lw in enumerate(w.layers):
-            qkv = ops.linear(x, lw.qkv, lw.qkv_bias)  # (T, q_size + 2 kv_size)
+            h, qkv = ops.add_norm_linear(h, mlp, lw.attn_norm, eps, lw.qkv, lw.qkv_bias)
             q, k, v = qkv.split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
             a = attend(i, q.view(t, cfg.num_heads, cfg.head_dim),
                        k.view(t, cfg.num_kv_heads, cfg.head_dim),
                        v.view(t, cfg.num_kv_heads, cfg.head_dim))
             o = self._reduce(ops.linear(a.reshape(t, cfg.q_size), lw.o))
-            h, x = ops.add_rms_norm(h, o, lw.mlp_norm, eps)
-            mlp = self._reduce(ops.swiglu_linear(ops.linear(x, lw.gate_up), lw.down))
-            nxt = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.final_norm
-            h, x = ops.add_rms_norm(h, mlp, nxt, eps)
-        return x
+            h, gate_up = ops.add_norm_linear(h, o, lw.mlp_norm, eps, lw.gate_up)
+            mlp = self._reduce(ops.swiglu_linear(gate_up, lw.down))
+        return ops.add_rms_norm(h, mlp, w.final_norm, eps)[1]
 
     # Hooks a tensor-parallel subclass overrides (``decodelab.parallel.model``): on one device the
     # embedding is a lookup, the row-parallel sums are identities and the head is local.

@@ -5,7 +5,8 @@ tiny, and as separate torch ops it would be ~30 kernel launches per layer whose 
 adds up to more than the matmuls' memory time. Fused here, one kernel each:
 
 - ``add_rms_norm``: residual add (in place, rounded to the model dtype as transformers does)
-  then RMSNorm of the sum; ``rms_norm`` without the add.
+  then RMSNorm of the sum; ``rms_norm`` without the add (at batch 1 only the final norm: the
+  others run inside the next gemv, see ``linear.add_norm_gemv``).
 - ``rope_write``: rotary embedding of q and k, and the store of k and v into the paged cache
   at their slots (slot -1, a padding row, stores nothing).
 - ``silu_mul``: SwiGLU's silu(gate) * up (batches > 1; at batch 1 the down projection's gemv

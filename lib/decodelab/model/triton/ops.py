@@ -9,7 +9,7 @@ import torch
 
 from decodelab.model.triton.attention import paged_decode_attention
 from decodelab.model.triton.fused import rms_norm_rows, rope_write, silu_mul
-from decodelab.model.triton.linear import LinearPlan
+from decodelab.model.triton.linear import LinearPlan, add_norm_gemv
 
 
 class TritonOps:
@@ -35,6 +35,22 @@ class TritonOps:
 
     def swiglu_linear(self, gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return self.plan(gate_up.contiguous(), w, swiglu=True)
+
+    def add_norm_linear(self, h: torch.Tensor, x: torch.Tensor | None, norm_w: torch.Tensor,
+                        eps: float, w: torch.Tensor, bias: torch.Tensor | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(h + x, linear(rms_norm(h + x), w)); ``x`` None: no add. One row whose matmul runs
+        as a gemv: one kernel (the norm in the gemv's prologue); else the norm kernel, then
+        the matmul."""
+        tile = (self.plan.choice.get((*w.shape, False))
+                if h.shape[0] == 1 and bias is None else None)
+        if tile is not None:
+            res = x.contiguous() if x is not None else None
+            return add_norm_gemv(h.contiguous(), res, norm_w, eps, w, tile, pdl=self.pdl)
+        if x is None:
+            return h, self.linear(self.rms_norm(h, norm_w, eps), w, bias)
+        h, normed = self.add_rms_norm(h, x, norm_w, eps)
+        return h, self.linear(normed, w, bias)
 
     def rms_norm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
         return rms_norm_rows(x.contiguous(), None, w, eps, pdl=self.pdl)
