@@ -1,7 +1,8 @@
 """``TritonOps``: the decode step's operations on Triton kernels, with the same methods and
 contracts as ``model.TorchOps``, so the model swaps one for the other. With ``pdl`` every
-Triton kernel is launched with programmatic dependent launch (:mod:`.pdl`): each one becomes
-resident while the one before drains, and the matmuls stream their first weight tile early."""
+Triton kernel of a step of up to ``pdl.MAX_ROWS`` tokens is launched with programmatic
+dependent launch (:mod:`.pdl`): each one becomes resident while the one before drains, and the
+matmuls stream their first weight tile early."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from decodelab.model.triton.attention import paged_decode_attention
 from decodelab.model.triton.fused import rms_norm_rows, rope_write, silu_mul
 from decodelab.model.triton.linear import LinearPlan, add_norm_gemv
+from decodelab.model.triton.pdl import MAX_ROWS
 
 
 class TritonOps:
@@ -52,23 +54,27 @@ class TritonOps:
         h, normed = self.add_rms_norm(h, x, norm_w, eps)
         return h, self.linear(normed, w, bias)
 
+    def _pdl(self, rows: int) -> bool:
+        """PDL for a step of ``rows`` tokens (see ``pdl.MAX_ROWS``)."""
+        return self.pdl and rows <= MAX_ROWS
+
     def rms_norm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-        return rms_norm_rows(x.contiguous(), None, w, eps, pdl=self.pdl)
+        return rms_norm_rows(x.contiguous(), None, w, eps, pdl=self._pdl(x.shape[0]))
 
     def add_rms_norm(self, h: torch.Tensor, x: torch.Tensor, w: torch.Tensor, eps: float
                      ) -> tuple[torch.Tensor, torch.Tensor]:
         """h += x in place (h is the residual stream the model owns); returns (h, norm(h))."""
-        return h, rms_norm_rows(h, x.contiguous(), w, eps, pdl=self.pdl)
+        return h, rms_norm_rows(h, x.contiguous(), w, eps, pdl=self._pdl(h.shape[0]))
 
     def rope_write(self, q, k, v, positions, cos, sin, cache, layer: int, slot_mapping
                    ) -> torch.Tensor:
         return rope_write(q, k, v, positions, cos, sin, cache, layer, slot_mapping,
-                          pdl=self.pdl)
+                          pdl=self._pdl(q.shape[0]))
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
-        return silu_mul(gate_up, pdl=self.pdl)
+        return silu_mul(gate_up, pdl=self._pdl(gate_up.shape[0]))
 
     def decode_attention(self, q, k_cache, v_cache, block_tables, context_lens, scale
                          ) -> torch.Tensor:
         return paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale,
-                                      pdl=self.pdl)
+                                      pdl=self._pdl(q.shape[0]))
