@@ -177,17 +177,16 @@ def _profiled_step(model_name: str, dtype: str, block_size: int, width: int,
     cache = PagedKVCache(config, width + 8, block_size, dtype=getattr(torch, dtype),
                          device="cuda")
     model = PagedLlama(config, weights, cache, pdl=False, linear_choice=linear_choice)
-    graphs = DecodeGraphs(model, buckets=(1,),
-                          max_blocks_per_seq=width)
+    graphs = DecodeGraphs(model, buckets=(1,), max_blocks_per_seq=width)
     return kernel_profile(graphs, cache, context)
 
 
 def kernel_profile_isolated(model_name: str, dtype: str, block_size: int, width: int,
                             linear_choice: dict, context: int = 512) -> list[dict]:
     """:func:`kernel_profile` in a fresh process, with the matmul kernels ``linear_choice``
-    names (the timed model's, so the profile shows its kernels): the profiler (CUPTI) stays attached to the
-    process that used it and slows every later launch, which would skew the timings of the
-    phases that run after this one."""
+    names (the timed model's, so the profile shows its kernels). A fresh process because the
+    profiler (CUPTI) stays attached to the process that used it and slows every later launch,
+    which would skew the timings of the phases that run after this one."""
     import multiprocessing
 
     with multiprocessing.get_context("spawn").Pool(1) as pool:

@@ -21,11 +21,13 @@ Interface (stable; the runtime engine builds on exactly this):
 SwiGLU product, paged decode attention and batch-1 matmuls where they beat cuBLAS
 (``model.triton``: ``ops``, ``attention``, ``linear``, ``fused``); ``"torch"`` is the plain reference
 the tests compare with ``transformers``. Prefill's RoPE, cache write and attention are torch.
-Its kernels use programmatic dependent launch on sm_90 and newer (``pdl``; ``pdl=False``
-turns it off, to measure what it removes; ``linear_choice=other.ops.plan.choice`` then keeps
-the other model's matmul kernels, so only the launches differ). Constructing a "triton" model times each batch-1
-matmul candidate on the device once (seconds, Triton compilation included); the choice is
-fixed before any graph is captured.
+At batch 1 the residual add and RMSNorm before the q/k/v and gate/up projections run inside
+their gemv (``ops.add_norm_linear``). On sm_90 and newer the kernels of a captured step use
+programmatic dependent launch (``pdl``; ``pdl=False`` turns it off, to measure what it
+removes; ``linear_choice=other.ops.plan.choice`` then keeps the other model's matmul kernels,
+so only the launches differ). Constructing a "triton" model times each batch-1 matmul
+candidate on the device once (seconds, Triton compilation included); the choice is fixed
+before any graph is captured.
 """
 
 from __future__ import annotations
