@@ -30,8 +30,9 @@
 #
 # This notebook reads table `paged_model` (step time per mode, batch and context, with the
 # bytes each step must move and the copy bandwidth measured in the same run),
-# `paged_model_kernels` (one profiled graph step, kernel by kernel) and `paged_model_linear`
-# (the candidates for each matmul shape and which one the model uses). The layered model
+# `paged_model_kernels` (one profiled graph step, kernel by kernel), `paged_model_linear` and
+# `paged_model_gemm` (the candidates for each matmul shape, at one row and at each captured
+# batch of 2 to 64 rows, and which one the model uses). The layered model
 # (notebook 05) uses it for its two transformer-decode regimes.
 
 # %% tags=["parameters"]
@@ -162,8 +163,10 @@ if pm is not None:
 # shapes determine, the bytes per step and the rate reached: the matmuls read their weights
 # (plus the batch's input and output rows), attention reads the K/V of the context. Which
 # matmul runs where comes from `paged_model_linear`: per weight shape, the fastest of cuBLAS
-# and the Triton gemv tiles, timed in the bench. The small kernels (norms, rotary, merges)
-# move kilobytes and are bound by their latency: no rate is claimed for them.
+# and the Triton gemv tiles, timed in the bench (at batch 2 to 64, `paged_model_gemm`: cuBLAS
+# against Triton "skinny" tiles that read each weight once for all rows). The small kernels
+# (norms, rotary, merges) move kilobytes and are bound by their latency: no rate is claimed
+# for them.
 
 # %%
 kernels = tables.get("paged_model_kernels")
@@ -184,6 +187,15 @@ if linear is not None:
         "candidate": "chosen", "us": "µs", "weight_gb_s": "weights (GB/s)",
         "cublas_us": "cuBLAS (µs)", "vs_cublas": "cuBLAS / chosen"},
         caption="Each batch-1 matmul shape: the fastest candidate, which the model uses."))
+gemm = tables.get("paged_model_gemm")
+if gemm is not None:
+    display(show_table(analysis.linear_choices(gemm), {
+        "origin": "source", "n": "n (out)", "k": "k (in)", "swiglu": "SwiGLU fused",
+        "rows": "rows (batch)", "candidate": "chosen", "us": "µs",
+        "weight_gb_s": "weights (GB/s)", "cublas_us": "cuBLAS (µs)",
+        "vs_cublas": "cuBLAS / chosen"},
+        caption="Each matmul shape at each captured batch of 2 to 64 rows: cuBLAS against the "
+                "Triton skinny tiles, the fastest kept (table paged_model_gemm)."))
 
 # %% [markdown]
 # ## Attention at long context

@@ -222,3 +222,15 @@ def test_table_edits_read_the_metadata_edited_field(tmp_path, monkeypatch):
             meta.write_text(json.dumps(data))
     edits = nb.table_edits("paged_model")
     assert len(edits) == 1 and edits[0].endswith("rows removed: why")
+
+
+def test_gemm_choices_are_per_shape_and_row_count():
+    rows = []
+    for m, pick, fast in ((8, "skinny_16x256w4s4", 2.0), (32, "cublas", 4.0)):
+        for cand, us in (("cublas", 4.0), ("skinny_16x256w4s4", fast)):
+            rows.append(dict(origin="reference/h200", n=2048, k=2048, swiglu=False, rows=m,
+                             candidate=cand, us=us, weight_gb_s=1.0, chosen=cand == pick))
+    choices = analysis.linear_choices(pd.DataFrame(rows)).set_index("rows")
+    assert choices.loc[8, "candidate"] == "skinny_16x256w4s4"
+    assert choices.loc[8, "vs_cublas"] == pytest.approx(2.0)
+    assert choices.loc[32, "candidate"] == "cublas" and choices.loc[32, "vs_cublas"] == 1.0

@@ -134,3 +134,22 @@ def test_fused_norm_gemv_equals_the_unfused_ops():
                 h_new, got = add_norm_gemv(h, res if add else None, nw, 1e-5, w, tile)
                 assert torch.equal(h_new, h_ref), (n, k, tile, add)
                 assert checks.rel_err(got, want) < 1e-2, (n, k, tile, add)
+
+
+@pytest.mark.parametrize("rows", [2, 8, 32, 64])
+def test_skinny_matmul_equals_cublas(rows):
+    """The Triton matmul of a few rows (with SwiGLU on the fly or not) against cuBLAS, bf16,
+    at the 1B model's shapes and a ragged one."""
+    from decodelab.model.triton.plan import cublas
+    from decodelab.model.triton.skinny import TILES, skinny
+
+    gen = torch.Generator(device="cuda").manual_seed(rows)
+    for n, k, swiglu in ((3072, 2048, False), (2048, 8192, True), (100, 200, False)):
+        w = torch.randn((n, k), device="cuda", generator=gen).to(torch.bfloat16) / k ** 0.5
+        x = torch.randn((rows, k * (2 if swiglu else 1)), device="cuda",
+                        generator=gen).to(torch.bfloat16)
+        want = cublas(x, w, swiglu)
+        for tile in TILES:
+            got = skinny(x, w, tile, swiglu=swiglu)
+            assert got.shape == want.shape
+            assert checks.rel_err(got, want) < 1e-2, (n, k, swiglu, tile)

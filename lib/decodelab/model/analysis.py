@@ -172,10 +172,11 @@ def _assign_bytes(ks: pd.DataFrame, config, nbytes: int, linear: pd.DataFrame | 
 
 
 def linear_choices(linear: pd.DataFrame) -> pd.DataFrame:
-    """Per origin and batch-1 matmul shape: the candidate the model uses, its time and weight
-    bandwidth, and cuBLAS's time on the same shape (``vs_cublas`` = cuBLAS / chosen)."""
+    """Per origin and matmul shape (and row count, for table ``paged_model_gemm``): the
+    candidate the model uses, its time and weight bandwidth, and cuBLAS's time on the same
+    shape (``vs_cublas`` = cuBLAS / chosen)."""
     lin = _with_origin(linear)
-    keys = ["origin", "n", "k", "swiglu"]
+    keys = ["origin", "n", "k", "swiglu", *(["rows"] if "rows" in lin else [])]
     chosen = lin[lin["chosen"].astype(str) == "True"].set_index(keys)
     cublas = lin[lin["candidate"] == "cublas"].set_index(keys)["us"].rename("cublas_us")
     out = chosen[["candidate", "us", "weight_gb_s"]].join(cublas).reset_index()

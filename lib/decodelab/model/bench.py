@@ -23,7 +23,8 @@ On a GPU three more tables: ``paged_model_kernels``, per-kernel device time of o
 at batch 1 (from the profiler, without PDL: overlapped kernels would count their waits):
 where the step's time goes; ``paged_model_linear``, each batch-1
 matmul shape's candidates (cuBLAS, Triton gemv tiles) with time and weight bandwidth, and which
-one the model uses; ``paged_attention``, our paged decode attention against SDPA over a
+one the model uses; ``paged_model_gemm``, the same for each graph bucket of 2 to 64 rows
+(cuBLAS against Triton ``skinny`` tiles); ``paged_attention``, our paged decode attention against SDPA over a
 contiguous cache at the model's attention shapes (:mod:`decodelab.model.attention_bench`).
 """
 
@@ -46,7 +47,7 @@ from decodelab.model.block_pool import blocks_needed
 from decodelab.model.config import named_config
 from decodelab.model.kv_cache import PagedKVCache
 from decodelab.model.llama import PagedLlama
-from decodelab.model.rows import KernelRow, LinearRow, PagedModelRow
+from decodelab.model.rows import GemmRow, KernelRow, LinearRow, PagedModelRow
 from decodelab.model.static_bench import compile_static_rows
 from decodelab.model.weights import from_state_dict, random_state_dict
 from decodelab.model.workload import copy_bandwidth_gb_s, decode_inputs, on_bench_device
@@ -180,7 +181,7 @@ def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list
                                           step_bytes(batch, context), bw, **extra)
 
         rows += compile_static_rows(model, cfg, row_for)
-    linear = _linear_rows(model)
+    linear, gemm = _matmul_rows(model)
     choice = dict(model.ops.plan.choice) if graphs is not None else {}  # the kernels profiled
     has_graphs = graphs is not None
     del graphs, timed, model, cache  # free the KV pool (and graph memory) before the peers run
@@ -200,21 +201,26 @@ def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list
     attention = (attention_rows(mcfg, cfg.batches, cfg.contexts, block_size=cfg.block_size,
                                 dtype=dtype) if has_graphs else [])
     for name, extra in (("paged_model_kernels", kernel_rows), ("paged_model_linear", linear),
-                        (ATTENTION_TABLE, attention)):
+                        ("paged_model_gemm", gemm), (ATTENTION_TABLE, attention)):
         if extra:
             paths.append(write_table(name, extra, out_dir=out_dir, config=cfg, profile=profile))
     return paths
 
 
-def _linear_rows(model: PagedLlama) -> list[LinearRow]:
-    """The batch-1 matmul choice per weight shape: every candidate's time and bandwidth."""
+def _matmul_rows(model: PagedLlama) -> tuple[list[LinearRow], list[GemmRow]]:
+    """The matmul choice per weight shape, batch 1 (table ``paged_model_linear``) and per row
+    count above it (``paged_model_gemm``): every candidate's time and weight bandwidth."""
+    from decodelab.model.triton.plan import candidate_name
+
     plan = getattr(model.ops, "plan", None)
     esize = model.weights.embed.element_size()
-    rows = []
-    for (n, k, swiglu), times in (plan.timings.items() if plan else []):
-        chosen = plan.choice[(n, k, swiglu)]
-        used = "cublas" if chosen is None else f"gemv_{chosen[0]}x{chosen[1]}w{chosen[2]}"
+    single, multi = [], []
+    for (n, k, swiglu, m), times in (plan.timings.items() if plan else []):
+        used = candidate_name(m, plan.choice[(n, k, swiglu, m)])
         for cand, us in times.items():
-            rows.append(LinearRow(n, k, swiglu, cand, us, weight_gb_s=n * k * esize / us / 1e3,
-                                  chosen=cand == used))
-    return rows
+            gb_s = n * k * esize / us / 1e3
+            if m == 1:
+                single.append(LinearRow(n, k, swiglu, cand, us, gb_s, chosen=cand == used))
+            else:
+                multi.append(GemmRow(n, k, swiglu, m, cand, us, gb_s, chosen=cand == used))
+    return single, multi

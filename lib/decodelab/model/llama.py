@@ -18,16 +18,17 @@ Interface (stable; the runtime engine builds on exactly this):
         a CUDA graph (see ``decodelab.model.graphs.DecodeGraphs``).
 
 ``backend="triton"`` (CUDA only) swaps in fused kernels for the norms, RoPE + cache write, the
-SwiGLU product, paged decode attention and batch-1 matmuls where they beat cuBLAS
-(``model.triton``: ``ops``, ``attention``, ``linear``, ``fused``); ``"torch"`` is the plain reference
+SwiGLU product, paged decode attention, and matmuls of 1 to 64 rows where they beat cuBLAS
+(``model.triton``: ``ops``, ``attention``, ``linear``, ``skinny``, ``plan``, ``fused``); ``"torch"`` is the plain reference
 the tests compare with ``transformers``. Prefill's RoPE, cache write and attention are torch.
 At batch 1 the residual add and RMSNorm before the q/k/v and gate/up projections run inside
 their gemv (``ops.add_norm_linear``). On sm_90 and newer the kernels of a captured step use
 programmatic dependent launch (``pdl``; ``pdl=False`` turns it off, to measure what it
 removes; ``linear_choice=other.ops.plan.choice`` then keeps the other model's matmul kernels,
 so only the launches differ). Constructing a "triton" model times each batch-1 matmul
-candidate on the device once (seconds, Triton compilation included); the choice is fixed
-before any graph is captured.
+candidate on the device once (seconds, Triton compilation included); ``tune_rows(rows)``
+does the same for steps of more rows (``DecodeGraphs`` calls it with its buckets); every
+choice is fixed before any graph is captured.
 """
 
 from __future__ import annotations
@@ -145,6 +146,13 @@ class PagedLlama:
         freqs = pos[:, None] * rope_inv_freq(config)[None, :]
         self.cos = freqs.cos().to(self.device, self.dtype)
         self.sin = freqs.sin().to(self.device, self.dtype)
+
+    def tune_rows(self, rows: Sequence[int]) -> None:
+        """Choose the matmul kernels for steps of these row counts now (the Triton backend
+        times its candidates; a no-op for torch). Graphs call it with their batch buckets
+        before capturing; an untuned row count runs cuBLAS."""
+        if self.backend == "triton":
+            self.ops.tune(self.weights, rows)
 
     # ------------------------------------------------------------------ shared layer stack
     def _forward(self, ids: torch.Tensor, attend: Callable) -> torch.Tensor:

@@ -13,7 +13,8 @@ from decodelab.core.params import NotebookParams as BaseParams
 from decodelab.core.params import param
 from decodelab.model import analysis
 
-TABLES = ("paged_model", "paged_model_kernels", "paged_model_linear", "paged_attention")
+TABLES = ("paged_model", "paged_model_kernels", "paged_model_linear", "paged_model_gemm",
+          "paged_attention")
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,20 @@ class KernelRow:
 
 
 @dataclass(frozen=True, slots=True)
+class GemmRow:
+    """Table ``paged_model_gemm``: one candidate for one matmul shape at ``rows`` > 1 tokens."""
+
+    n: int
+    k: int
+    swiglu: bool
+    rows: int
+    candidate: str  # cublas or skinny_<BLOCK_N>x<BLOCK_K>w<warps>s<stages>
+    us: float
+    weight_gb_s: float
+    chosen: bool  # the candidate the model uses for this shape and row count
+
+
+@dataclass(frozen=True, slots=True)
 class LinearRow:
     """Table ``paged_model_linear``: one candidate for one batch-1 matmul shape."""
 

@@ -1,4 +1,4 @@
-"""Single-row matmuls (batch-1 decode) in Triton, chosen per weight shape against cuBLAS.
+"""Single-row matmuls (batch-1 decode) in Triton.
 
 At batch 1 every linear layer is a matrix-vector product bounded by reading the weight once.
 cuBLAS's kernels for these shapes launch few thread blocks for the narrow projections (q/k/v,
@@ -12,22 +12,15 @@ stores h + res), so at batch 1 no separate norm kernel runs inside the layer sta
 Under programmatic dependent launch (``pdl``) a gemv loads its first weight tile before it
 waits for the kernel that produces x: the weights stream while that kernel drains.
 
-``LinearPlan`` times each candidate (cuBLAS and a few tile shapes) once per weight shape on
-the device — device time inside a CUDA graph, cycling over weight copies larger than the L2
-cache, i.e. as the captured step runs it — and keeps the fastest, so a shape where cuBLAS wins
-stays on cuBLAS. Decisions are made at model construction, before any graph capture, and never
-change afterwards.
+``plan.LinearPlan`` times the tiles against cuBLAS per weight shape and keeps the faster.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from decodelab.core.timing import time_graph_replays
-from decodelab.model.triton.fused import silu_mul
 from decodelab.model.triton.pdl import launch_kw
 
 # (BLOCK_N, BLOCK_K, num_warps) candidates; cuBLAS is always a candidate too. Wide K chunks
@@ -35,9 +28,6 @@ from decodelab.model.triton.pdl import launch_kw
 # program); narrow ones give more iterations to overlap.
 TILES = ((8, 512, 4), (16, 256, 4), (4, 1024, 4), (4, 2048, 4), (2, 2048, 4), (8, 2048, 8),
          (2, 4096, 8), (1, 8192, 8))
-# Bytes of weight copies cycled through while timing, so timed calls stream from HBM as in a
-# real step instead of hitting the L2 cache.
-TIMING_BYTES = 512 << 20
 
 
 @triton.jit
@@ -143,66 +133,3 @@ def add_norm_gemv(h: torch.Tensor, res: torch.Tensor | None, norm_w: torch.Tenso
     h_new = torch.empty_like(h) if res is not None else h
     _launch(h, w, y, tile, res=res, norm_w=norm_w, h_out=h_new, eps=eps, pdl=pdl)
     return h_new, y
-
-
-def _cublas(x: torch.Tensor, w: torch.Tensor, swiglu: bool) -> torch.Tensor:
-    return F.linear(silu_mul(x) if swiglu else x, w)
-
-
-def _time_us(fn, n_weights: int, reps: int = 3) -> float:
-    """Device time per call of ``fn(i)`` (i cycles over ``n_weights`` weight copies), from
-    CUDA-graph replays so host launch cost is not counted, as in the captured decode step."""
-    calls = max(n_weights, 16)
-    for i in range(n_weights):
-        fn(i)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            fn(i % n_weights)
-    return time_graph_replays(graph, reps) * 1e6 / calls  # µs per call
-
-
-class LinearPlan:
-    """Per weight shape (and SwiGLU flag): the fastest of cuBLAS and the ``gemv`` tiles at one
-    row; more rows always go to cuBLAS. With ``pdl`` the gemv tiles are launched (and timed)
-    with programmatic dependent launch, as back-to-back kernels of a step run them."""
-
-    def __init__(self, pdl: bool = False, choice: dict | None = None) -> None:
-        self.pdl = pdl
-        # (n, k, swiglu) -> gemv tile, or None for cuBLAS; a given ``choice`` is kept untimed
-        self.choice: dict[tuple[int, int, bool], tuple[int, int, int] | None] = dict(choice or {})
-        self.timings: dict[tuple[int, int, bool], dict[str, float]] = {}
-
-    def tune(self, w: torch.Tensor, swiglu: bool = False) -> None:
-        key = (*w.shape, swiglu)
-        if key in self.choice:
-            return
-        width = w.shape[1] * (2 if swiglu else 1)
-        x = torch.randn((1, width), dtype=w.dtype, device=w.device)
-        ref = _cublas(x, w, swiglu)
-        nbytes = w.numel() * w.element_size()
-        ws = [w] + [w.clone() for _ in range(max(0, min(32, TIMING_BYTES // nbytes) - 1))]
-        times = {"cublas": _time_us(lambda i: _cublas(x, ws[i], swiglu), len(ws))}
-        best, best_us = None, times["cublas"]
-        for tile in TILES:
-            if tile[1] > triton.next_power_of_2(w.shape[1]):
-                continue
-            out = gemv(x, w, tile, swiglu=swiglu, pdl=self.pdl)
-            err = float((out.float() - ref.float()).abs().max() / ref.float().abs().max())
-            if err > 2e-2:  # a wrong kernel never wins on speed
-                raise AssertionError(f"gemv {tile} on {tuple(w.shape)}: rel err {err:.3g}")
-            us = _time_us(lambda i, tile=tile: gemv(x, ws[i], tile, swiglu=swiglu, pdl=self.pdl),
-                          len(ws))
-            times[f"gemv_{tile[0]}x{tile[1]}w{tile[2]}"] = us
-            if us < best_us:
-                best, best_us = tile, us
-        self.choice[key], self.timings[key] = best, times
-        ws.clear()  # give the timing copies back
-        torch.cuda.empty_cache()
-
-    def __call__(self, x: torch.Tensor, w: torch.Tensor, swiglu: bool = False) -> torch.Tensor:
-        tile = self.choice.get((*w.shape, swiglu)) if x.shape[0] == 1 else None
-        if tile is None:
-            return _cublas(x, w, swiglu)
-        return gemv(x, w, tile, swiglu=swiglu, pdl=self.pdl)

@@ -6,12 +6,15 @@ matmuls stream their first weight tile early."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from decodelab.model.triton.attention import paged_decode_attention
 from decodelab.model.triton.fused import rms_norm_rows, rope_write, silu_mul
-from decodelab.model.triton.linear import LinearPlan, add_norm_gemv
-from decodelab.model.triton.pdl import MAX_ROWS
+from decodelab.model.triton.linear import add_norm_gemv
+from decodelab.model.triton.pdl import MAX_ROWS as PDL_MAX_ROWS
+from decodelab.model.triton.plan import LinearPlan, tunable
 
 
 class TritonOps:
@@ -21,15 +24,17 @@ class TritonOps:
         self.pdl = pdl
         self.plan = LinearPlan(pdl, linear_choice)
 
-    def tune(self, weights) -> None:
-        """Pick cuBLAS or a gemv tile for every batch-1 matmul shape of these weights."""
-        for lw in weights.layers:
-            if lw.qkv_bias is None:
-                self.plan.tune(lw.qkv)
-            self.plan.tune(lw.o)
-            self.plan.tune(lw.gate_up)
-            self.plan.tune(lw.down, swiglu=True)
-        self.plan.tune(weights.lm_head)
+    def tune(self, weights, rows: Sequence[int] = (1,)) -> None:
+        """Pick cuBLAS or a Triton tile for every matmul shape of these weights at each row
+        count (those without Triton candidates stay on cuBLAS)."""
+        for m in filter(tunable, rows):
+            for lw in weights.layers:
+                if lw.qkv_bias is None:
+                    self.plan.tune(lw.qkv, rows=m)
+                self.plan.tune(lw.o, rows=m)
+                self.plan.tune(lw.gate_up, rows=m)
+                self.plan.tune(lw.down, swiglu=True, rows=m)
+            self.plan.tune(weights.lm_head, rows=m)
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
                ) -> torch.Tensor:
@@ -44,8 +49,7 @@ class TritonOps:
         """(h + x, linear(rms_norm(h + x), w)); ``x`` None: no add. One row whose matmul runs
         as a gemv: one kernel (the norm in the gemv's prologue); else the norm kernel, then
         the matmul."""
-        tile = (self.plan.choice.get((*w.shape, False))
-                if h.shape[0] == 1 and bias is None else None)
+        tile = self.plan.tile(w, False, 1) if h.shape[0] == 1 and bias is None else None
         if tile is not None:
             res = x.contiguous() if x is not None else None
             return add_norm_gemv(h.contiguous(), res, norm_w, eps, w, tile, pdl=self.pdl)
@@ -56,7 +60,7 @@ class TritonOps:
 
     def _pdl(self, rows: int) -> bool:
         """PDL for a step of ``rows`` tokens (see ``pdl.MAX_ROWS``)."""
-        return self.pdl and rows <= MAX_ROWS
+        return self.pdl and rows <= PDL_MAX_ROWS
 
     def rms_norm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
         return rms_norm_rows(x.contiguous(), None, w, eps, pdl=self._pdl(x.shape[0]))

@@ -1,0 +1,72 @@
+"""Matmuls of a few rows (batched decode, 2 to :data:`MAX_ROWS` tokens) in Triton.
+
+At batch 8-64 a projection is still bound by reading its weight once: y (M, N) = x (M, K) @
+W^T is a thin GEMM whose M rows fit one tensor-core tile. ``skinny`` gives each program
+BLOCK_N rows of W and all M rows of x (padded to BLOCK_M >= 16, the smallest tensor-core M),
+streams K in chunks and accumulates x @ W^T on tensor cores in fp32: W is read exactly once,
+x (a few KB) from cache. With ``swiglu`` the input is silu(gate) * up of a (M, 2K) gate|up
+matrix, computed per chunk (no separate activation kernel). ``plan.LinearPlan`` times it
+against cuBLAS per weight shape and row count, inside a CUDA graph, and keeps the faster.
+Imported lazily: GPU only (or Triton's interpreter).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from decodelab.model.triton.pdl import launch_kw
+
+MAX_ROWS = 64  # above this cuBLAS's own tiles are the better fit: only cuBLAS is timed
+# (BLOCK_N, BLOCK_K, num_warps, num_stages): a few shapes between many narrow programs (more in
+# flight across the GPU) and fewer wide ones (longer contiguous reads per row).
+TILES = ((16, 256, 4, 4), (32, 128, 4, 4), (32, 256, 4, 3), (64, 128, 4, 3))
+
+
+@triton.jit
+def _skinny_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_x, stride_w, stride_y,
+                   SWIGLU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
+    if PDL:  # x comes from the kernel before
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    dt: tl.constexpr = y_ptr.dtype.element_ty
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m = tl.arange(0, BLOCK_M)
+    nmask, mmask = n < N, m < M
+    w_rows = w_ptr + n.to(tl.int64)[:, None] * stride_w
+    x_rows = x_ptr + m.to(tl.int64)[:, None] * stride_x
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        c = k0 + tl.arange(0, BLOCK_K)
+        kmask = c < K
+        w = tl.load(w_rows + c[None, :], mask=nmask[:, None] & kmask[None, :], other=0.0)
+        xmask = mmask[:, None] & kmask[None, :]
+        if SWIGLU:  # silu(gate) * up, rounded as F.silu(gate) * up would round
+            g = tl.load(x_rows + c[None, :], mask=xmask, other=0.0).to(tl.float32)
+            u = tl.load(x_rows + K + c[None, :], mask=xmask, other=0.0).to(tl.float32)
+            act = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
+            x = (act * u).to(dt)
+        else:
+            x = tl.load(x_rows + c[None, :], mask=xmask, other=0.0)
+        acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
+    out = y_ptr + m.to(tl.int64)[:, None] * stride_y + n[None, :]
+    tl.store(out, acc.to(dt), mask=mmask[:, None] & nmask[None, :])
+
+
+def skinny(x: torch.Tensor, w: torch.Tensor, tile: tuple[int, int, int, int], *,
+           swiglu: bool = False, pdl: bool = False) -> torch.Tensor:
+    """x (M, K) (or (M, 2K) gate|up with ``swiglu``), w (N, K) -> (M, N), 2 <= M <= MAX_ROWS."""
+    rows, (n, k) = x.shape[0], w.shape
+    if not 1 <= rows <= MAX_ROWS or x.stride(1) != 1 or w.stride(1) != 1:
+        raise ValueError(f"skinny: {rows} rows (allowed 1..{MAX_ROWS}), contiguous last dims")
+    block_n, block_k, warps, stages = tile
+    y = torch.empty((rows, n), dtype=w.dtype, device=w.device)
+    _skinny_kernel[(triton.cdiv(n, block_n),)](
+        x, w, y, rows, n, k, x.stride(0), w.stride(0), y.stride(0), SWIGLU=swiglu,
+        BLOCK_M=max(16, triton.next_power_of_2(rows)), BLOCK_N=block_n, BLOCK_K=block_k,
+        # fp32 weights get exact products (the reference's precision), not tf32
+        PRECISION="ieee" if w.dtype == torch.float32 else "tf32", PDL=pdl, num_warps=warps,
+        num_stages=stages, **launch_kw(pdl))
+    return y
