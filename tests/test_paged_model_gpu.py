@@ -140,6 +140,8 @@ def test_fused_norm_gemv_equals_the_unfused_ops():
 def test_skinny_matmul_equals_cublas(rows):
     """The Triton matmul of a few rows (with SwiGLU on the fly or not) against cuBLAS, bf16,
     at the 1B model's shapes and a ragged one."""
+    from triton.runtime.errors import OutOfResources
+
     from decodelab.model.triton.plan import cublas
     from decodelab.model.triton.skinny import TILES, skinny
 
@@ -149,7 +151,13 @@ def test_skinny_matmul_equals_cublas(rows):
         x = torch.randn((rows, k * (2 if swiglu else 1)), device="cuda",
                         generator=gen).to(torch.bfloat16)
         want = cublas(x, w, swiglu)
+        ran = 0
         for tile in TILES:
-            got = skinny(x, w, tile, swiglu=swiglu)
+            try:
+                got = skinny(x, w, tile, swiglu=swiglu)
+            except OutOfResources:  # the plan leaves such a tile out too
+                continue
+            ran += 1
             assert got.shape == want.shape
             assert checks.rel_err(got, want) < 1e-2, (n, k, swiglu, tile)
+        assert ran, f"no skinny tile fits ({n}, {k}, swiglu={swiglu})"
