@@ -210,12 +210,14 @@ def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list
 def _matmul_rows(model: PagedLlama) -> tuple[list[LinearRow], list[GemmRow]]:
     """The matmul choice per weight shape, batch 1 (table ``paged_model_linear``) and per row
     count above it (``paged_model_gemm``): every candidate's time and weight bandwidth."""
-    from decodelab.model.triton.plan import candidate_name
-
     plan = getattr(model.ops, "plan", None)
+    if plan is None:  # the torch backend chooses nothing
+        return [], []
+    from decodelab.model.triton.plan import candidate_name  # Triton: GPU machines only
+
     esize = model.weights.embed.element_size()
     single, multi = [], []
-    for (n, k, swiglu, m), times in (plan.timings.items() if plan else []):
+    for (n, k, swiglu, m), times in plan.timings.items():
         used = candidate_name(m, plan.choice[(n, k, swiglu, m)])
         for cand, us in times.items():
             gb_s = n * k * esize / us / 1e3
