@@ -42,8 +42,7 @@ from decodelab.analysis.compute_floor import (
 )
 from decodelab.analysis.layers import Headline, MissingData, Regime, Tables, Term, fmt_us
 from decodelab.analysis.regimes import persistent_kernels
-from decodelab.analysis.tp_regime import DEFAULT_MODEL
-from decodelab.analysis.tp_regime import _model as tp_model
+from decodelab.analysis.tp_regime import DEFAULT_MODEL, tp_model
 from decodelab.core.validate import ConfigError
 from decodelab.model.analysis import DTYPE_BYTES
 from decodelab.model.config import named_config

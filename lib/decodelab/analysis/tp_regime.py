@@ -24,7 +24,7 @@ NAN = math.nan
 DEFAULT_MODEL = "llama-3.2-1b"  # the model of the other transformer regimes' reference runs
 
 
-def _model(tables: Tables, h: Headline) -> str:
+def tp_model(tables: Tables, h: Headline) -> str:
     """The transformer-decode regime's model when ``paged_model`` names one, else the default."""
     try:
         frame = tables.frame("paged_model", ["model"])
@@ -34,7 +34,7 @@ def _model(tables: Tables, h: Headline) -> str:
 
 
 def tensor_parallel(tables: Tables, h: Headline) -> Regime:
-    model = _model(tables, h)
+    model = tp_model(tables, h)
     where = {"mode": "graph", "model": model, "batch": h.model_batch, "context": h.context}
     frame, _ = tables.rows("tp", where, ["tp", "ms_per_token", "device_ms_per_step", "comm_ms"])
     frame = frame[frame["tp"] > 1]
