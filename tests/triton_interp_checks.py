@@ -1,0 +1,124 @@
+"""Checks of the model's Triton kernels in Triton's CPU interpreter, run by
+test_triton_interpreter.py in a child process with TRITON_INTERPRET=1 (the variable must be set
+before the kernels are defined). fp32 throughout: the interpreter's bf16 dot is not faithful.
+Attention is left out: its loop bound is a loaded value, which the interpreter cannot range
+over; it is checked on the GPU (test_paged_model_gpu.py).
+
+    python tests/triton_interp_checks.py CHECK [CHECK ...]
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from decodelab.model.llama import TorchOps
+
+RTOL = 1e-5  # fp32 on both sides: summation order only
+
+
+def _scalar_loop_bounds() -> None:
+    """Triton 3.6's interpreter hands a kernel's scalar arguments over as 1-element arrays and
+    converts them with ``int()``, which NumPy 2 refuses for a loop bound (``range(.., K, ..)``).
+    Take the single element instead."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    patch = interpreter._patch_lang_tensor
+
+    def with_scalar_index(tensor, scope) -> None:
+        patch(tensor, scope)
+        scope.set_attr(tensor, "__index__",
+                       lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
+
+    interpreter._patch_lang_tensor = with_scalar_index
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def gemv() -> None:
+    from decodelab.model.triton.linear import gemv as run
+    from decodelab.model.triton.plan import cublas
+
+    gen = torch.Generator().manual_seed(0)
+    for n, k, tile, swiglu in ((48, 64, (8, 32, 4), False), (33, 100, (4, 64, 4), False),
+                               (16, 64, (2, 64, 4), True), (20, 96, (8, 128, 4), True)):
+        w = torch.randn((n, k), generator=gen)
+        x = torch.randn((1, k * (2 if swiglu else 1)), generator=gen)
+        assert _rel(run(x, w, tile, swiglu=swiglu), cublas(x, w, swiglu)) < RTOL, (n, k, tile)
+
+
+def add_norm_gemv() -> None:
+    from decodelab.model.triton.linear import add_norm_gemv as run
+
+    gen = torch.Generator().manual_seed(1)
+    for n, k, tile, add in ((48, 64, (8, 32, 4), True), (33, 100, (4, 64, 4), True),
+                            (16, 64, (2, 64, 4), False)):
+        w, h = torch.randn((n, k), generator=gen), torch.randn((1, k), generator=gen)
+        res, nw = torch.randn((1, k), generator=gen), torch.randn(k, generator=gen)
+        before = h.clone()
+        h_new, y = run(h, res if add else None, nw, 1e-5, w, tile)
+        if add:
+            want_h, normed = TorchOps.add_rms_norm(before, res, nw, 1e-5)
+        else:
+            want_h, normed = before, TorchOps.rms_norm(before, nw, 1e-5)
+        assert torch.equal(h, before), "the input residual must stay as it was"
+        assert _rel(h_new, want_h) < RTOL and _rel(y, F.linear(normed, w)) < RTOL, (n, k, add)
+
+
+def skinny() -> None:
+    from decodelab.model.triton.plan import cublas
+    from decodelab.model.triton.skinny import TILES
+    from decodelab.model.triton.skinny import skinny as run
+
+    gen = torch.Generator().manual_seed(2)
+    for m, n, k, swiglu in ((2, 48, 64, False), (5, 33, 100, False), (8, 40, 64, True),
+                            (17, 70, 300, False)):
+        w = torch.randn((n, k), generator=gen)
+        x = torch.randn((m, k * (2 if swiglu else 1)), generator=gen)
+        for tile in TILES[:2]:
+            got = run(x, w, tile, swiglu=swiglu)
+            assert _rel(got, cublas(x, w, swiglu)) < RTOL, (m, n, k, swiglu, tile)
+
+
+def model() -> None:
+    """The whole decode step on TritonOps (norms, rotary + cache write, gemv with the fused
+    norm at one row, skinny matmuls at three) against the torch ops, teacher-forced."""
+    from decodelab.model import check as checks
+    from decodelab.model.config import named_config
+    from decodelab.model.kv_cache import PagedKVCache
+    from decodelab.model.llama import PagedLlama, greedy_generate
+    from decodelab.model.triton.ops import TritonOps
+    from decodelab.model.weights import from_state_dict, random_state_dict
+
+    config = named_config("tiny")
+    weights = from_state_dict(config, random_state_dict(config, seed=1))
+    cache = PagedKVCache(config, 96, 16)
+    ref = PagedLlama(config, weights, cache, backend="torch")
+    fast = PagedLlama(config, weights, cache, backend="torch")
+    gemv_tiles, skinny_tiles = ((8, 32, 4), (4, 64, 4)), ((16, 256, 4, 4), (32, 128, 4, 4))
+    shapes = [(w, False) for lw in weights.layers for w in (lw.qkv, lw.o, lw.gate_up)]
+    shapes += [(lw.down, True) for lw in weights.layers] + [(weights.lm_head, False)]
+    choice = {(*w.shape, swiglu, rows): tiles[i % 2]  # two tiles per kind, alternating
+              for rows, tiles in ((1, gemv_tiles), (3, skinny_tiles))
+              for i, (w, swiglu) in enumerate(shapes)}
+    fast.ops = TritonOps(pdl=False, linear_choice=choice)  # timing needs a GPU: given choice
+    fast.ops.decode_attention = TorchOps.decode_attention
+    for n in (1, 3):
+        prompts = checks.prompts(config, n)
+        tokens, want = greedy_generate(ref, prompts, 5)
+        _, got = greedy_generate(fast, prompts, 5, forced=tokens)
+        assert _rel(got, want) < RTOL, (n, _rel(got, want))
+
+
+CHECKS = {"gemv": gemv, "add_norm_gemv": add_norm_gemv, "skinny": skinny, "model": model}
+
+if __name__ == "__main__":
+    _scalar_loop_bounds()
+    for name in sys.argv[1:]:
+        CHECKS[name]()
+        print(f"{name}: ok")
