@@ -13,7 +13,7 @@ import torch
 from decodelab.model.triton.attention import paged_decode_attention
 from decodelab.model.triton.fused import rms_norm_rows, rope_write, silu_mul
 from decodelab.model.triton.linear import add_norm_gemv
-from decodelab.model.triton.pdl import MAX_ROWS as PDL_MAX_ROWS
+from decodelab.model.triton.pdl import for_rows
 from decodelab.model.triton.plan import LinearPlan, tunable
 
 
@@ -52,15 +52,14 @@ class TritonOps:
         tile = self.plan.tile(w, False, 1) if h.shape[0] == 1 and bias is None else None
         if tile is not None:
             res = x.contiguous() if x is not None else None
-            return add_norm_gemv(h.contiguous(), res, norm_w, eps, w, tile, pdl=self.pdl)
+            return add_norm_gemv(h.contiguous(), res, norm_w, eps, w, tile, pdl=self._pdl(1))
         if x is None:
             return h, self.linear(self.rms_norm(h, norm_w, eps), w, bias)
         h, normed = self.add_rms_norm(h, x, norm_w, eps)
         return h, self.linear(normed, w, bias)
 
     def _pdl(self, rows: int) -> bool:
-        """PDL for a step of ``rows`` tokens (see ``pdl.MAX_ROWS``)."""
-        return self.pdl and rows <= PDL_MAX_ROWS
+        return for_rows(self.pdl, rows)
 
     def rms_norm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
         return rms_norm_rows(x.contiguous(), None, w, eps, pdl=self._pdl(x.shape[0]))

@@ -50,6 +50,11 @@ def enter(PDL: tl.constexpr):
         tl.extra.cuda.gdc_launch_dependents()
 
 
+def for_rows(enabled: bool, rows: int) -> bool:
+    """Whether a kernel of a step of ``rows`` tokens uses PDL (see :data:`MAX_ROWS`)."""
+    return enabled and rows <= MAX_ROWS
+
+
 def launch_kw(pdl: bool) -> dict[str, bool]:
     """Launch options for a Triton kernel call: PDL only while a CUDA graph is being captured,
     where it becomes a programmatic edge between graph nodes. Eager steps launch plainly: there

@@ -22,6 +22,7 @@ from triton.runtime.errors import OutOfResources
 from decodelab.core.timing import time_graph_replays
 from decodelab.model.triton import linear, skinny
 from decodelab.model.triton.fused import silu_mul
+from decodelab.model.triton.pdl import for_rows
 
 Key = tuple[int, int, bool, int]  # (n, k, swiglu, rows)
 Tile = tuple[int, ...]
@@ -104,8 +105,9 @@ def _measure(w: torch.Tensor, swiglu: bool, rows: int, pdl: bool
 
 class LinearPlan:
     """Per (n, k, swiglu, rows): the tile of the fastest Triton candidate, or None (cuBLAS).
-    With ``pdl`` the Triton candidates are launched (and timed) with programmatic dependent
-    launch, as back-to-back kernels of a step run them. A given ``choice`` is kept untimed."""
+    With ``pdl`` the Triton candidates of steps up to ``pdl.MAX_ROWS`` rows are launched (and
+    timed) with programmatic dependent launch, as back-to-back kernels of a step run them.
+    A given ``choice`` is kept untimed."""
 
     def __init__(self, pdl: bool = False, choice: dict[Key, Tile | None] | None = None) -> None:
         self.pdl = pdl
@@ -116,9 +118,10 @@ class LinearPlan:
         key = (*w.shape, swiglu, rows)
         if key in self.choice or not tunable(rows):
             return
-        measured = (w.device.index, w.dtype, self.pdl, key)
+        pdl = for_rows(self.pdl, rows)
+        measured = (w.device.index, w.dtype, pdl, key)
         if measured not in _MEASURED:
-            _MEASURED[measured] = _measure(w, swiglu, rows, self.pdl)
+            _MEASURED[measured] = _measure(w, swiglu, rows, pdl)
         self.choice[key], self.timings[key] = _MEASURED[measured]
 
     def tile(self, w: torch.Tensor, swiglu: bool, rows: int) -> Tile | None:
@@ -129,4 +132,4 @@ class LinearPlan:
         tile = self.tile(w, swiglu, rows)
         if tile is None:
             return cublas(x, w, swiglu)
-        return _run(rows)(x, w, tile, swiglu=swiglu, pdl=self.pdl)
+        return _run(rows)(x, w, tile, swiglu=swiglu, pdl=for_rows(self.pdl, rows))
