@@ -74,7 +74,7 @@ bench-gpu:
 # must already be importable, e.g. from wheels installed with `pip install --target DIR` and
 # DIR on PYTHONPATH (set JUPYTER_PATH=DIR/share/jupyter too, or nbconvert finds no templates).
 report-gpu:
-	PYTHONPATH=lib$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m decodelab report --profile gpu
+	PYTHONPATH=$(CURDIR)/lib$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m decodelab report --profile gpu
 
 # One process per GPU (torchrun); NVLink multicast stays off in every process.
 TP_GPUS ?= $(shell nvidia-smi -L 2>/dev/null | wc -l)
