@@ -142,7 +142,9 @@ if pm is not None:
 # With programmatic dependent launch (sm_90+) each Triton kernel becomes resident while its
 # predecessor drains, waits only where it reads that predecessor's output, and the matmuls
 # stream their first weight tile before that wait. The bench times the same kernels both
-# ways (`graph_no_pdl` and `graph`): the difference is the boundary cost PDL removes.
+# ways (`graph_no_pdl` and `graph`): the difference is the boundary cost PDL removes. Steps of
+# more than 32 tokens launch serially (a few long kernels fill them, and there PDL cost time):
+# where a table timed such a step twice, the difference is the spread between two runs.
 
 # %%
 if pm is not None:
@@ -151,7 +153,7 @@ if pm is not None:
         display(show_table(effect, {
             "origin": "source", "model": "model", "batch": "batch", "context": "context",
             "graph_no_pdl_ms": "without PDL (ms)", "ms_per_token": "with PDL (ms)",
-            "saved_us": "saved (µs)", "roofline_before": "of roofline, without",
+            "pdl": "PDL used", "saved_us": "saved (µs)", "roofline_before": "of roofline, without",
             "roofline_after": "of roofline, with"}))
     display(Markdown(nb.boundary_prose(effect)))
 

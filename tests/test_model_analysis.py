@@ -196,6 +196,23 @@ def test_boundary_effect_pairs_each_point_with_its_serial_step():
     assert "not separated" in nb.boundary_prose(analysis.boundary_effect(_pm()))
 
 
+def test_boundary_effect_reads_a_step_beyond_the_pdl_rows_as_spread():
+    """Above pdl_policy.MAX_ROWS both timings launch serially: their difference is run-to-run
+    spread, said so, and kept out of the range of what PDL saved."""
+    from decodelab.model.pdl_policy import MAX_ROWS
+
+    pm = _with_modes()
+    big = pm[(pm["batch"] == 8) & (pm["context"] == 256)
+             & pm["mode"].isin(["graph", "graph_no_pdl"])].copy()
+    big["batch"], big["ms_per_token"] = MAX_ROWS + 1, [70.0, 70.03]
+    effect = analysis.boundary_effect(pd.concat([pm, big], ignore_index=True))
+    assert list(effect["pdl"]) == [True, True, False]
+    text = nb.boundary_prose(effect)
+    assert f"At batch {MAX_ROWS + 1} the step launches its kernels serially" in text
+    assert "differ by 30-30 µs" in text
+    assert "ranges from -5000 µs (batch 8, context 256) to 5000 µs" in text
+
+
 def test_vs_compiled_gives_its_step_over_ours():
     vs = analysis.vs_compiled(_with_modes())
     assert len(vs) == 1 and vs.iloc[0]["batch"] == 8 and vs.iloc[0]["context"] == 64

@@ -15,6 +15,8 @@ import re
 
 import pandas as pd
 
+from decodelab.model.pdl_policy import for_rows
+
 OURS = ("eager", "graph")  # our paged model: op by op, and one graph replay per step
 PEERS = ("hf_dynamic", "hf_static")  # transformers' generate: default cache, static cache
 SERIAL = "graph_no_pdl"  # the graph step with every kernel waiting for the one before
@@ -234,8 +236,12 @@ def _paired(pm: pd.DataFrame, other: str, cols: list[str]) -> pd.DataFrame:
 
 def boundary_effect(pm: pd.DataFrame) -> pd.DataFrame:
     """What programmatic dependent launch removes: per point, the graph step without it
-    (``graph_no_pdl_ms``) and with it, the time saved, and both as a share of the roofline."""
+    (``graph_no_pdl_ms``) and with it, the time saved, and both as a share of the roofline.
+    ``pdl`` says whether the graph step used PDL at that batch (``pdl_policy``): where it did
+    not, both timings launched the same kernels serially and their difference is run-to-run
+    spread (tables of older runs timed such points too)."""
     out = _paired(pm, SERIAL, ["ms_per_token"])
+    out["pdl"] = [for_rows(True, int(b)) for b in out["batch"]]
     out["saved_us"] = (out[f"{SERIAL}_ms"] - out["ms_per_token"]) * 1e3
     floor = floor_ms(out)
     out["roofline_before"] = floor / out[f"{SERIAL}_ms"]

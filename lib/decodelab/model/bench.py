@@ -4,8 +4,9 @@ HBM roofline and against ``transformers``' ``generate`` on the same weights.
 Modes (table ``paged_model``, one row per mode x batch x context):
 - ``graph``: ``DecodeGraphs.run`` (input copies into the static buffers + one graph replay),
   with programmatic dependent launch between kernels where the GPU has it (sm_90+);
-- ``graph_no_pdl`` (sm_90+ only): the same graph with every kernel waiting for the one before
-  to finish: the kernel-boundary layer that PDL removes.
+- ``graph_no_pdl`` (sm_90+ only, at the batches whose step uses PDL,
+  ``pdl_policy.MAX_ROWS``): the same graph with every kernel waiting for the one before to
+  finish: the kernel-boundary layer that PDL removes.
 - ``eager``: the same ``PagedLlama.decode`` launched op by op (Triton kernels on a GPU).
 - ``compile_static`` (GPU): the peer a user gets from PyTorch alone, the same model and weights
   over a static contiguous cache, ``torch.compile(mode="max-autotune")`` with its CUDA graph
@@ -47,6 +48,7 @@ from decodelab.model.block_pool import blocks_needed
 from decodelab.model.config import named_config
 from decodelab.model.kv_cache import PagedKVCache
 from decodelab.model.llama import PagedLlama
+from decodelab.model.pdl_policy import for_rows
 from decodelab.model.rows import GemmRow, KernelRow, LinearRow, PagedModelRow
 from decodelab.model.static_bench import compile_static_rows
 from decodelab.model.weights import from_state_dict, random_state_dict
@@ -113,7 +115,8 @@ def _time_ours(model: PagedLlama, graphs: dict, cfg: PagedModelBenchConfig, step
             tables, inputs = decode_inputs(model.cache, batch, context)
             modes = {"eager": (lambda inputs=inputs: model.decode(*inputs), None)}
             for mode, g in graphs.items():
-                modes[mode] = (lambda inputs=inputs, g=g: g.run(*inputs), g)
+                if batch <= g.buckets[-1]:  # the serial graphs stop where PDL does
+                    modes[mode] = (lambda inputs=inputs, g=g: g.run(*inputs), g)
             for mode, (fn, g) in modes.items():
                 wall, host, dev_s = median_times(fn, dev.type == "cuda", cfg.timing)
                 extra = dict(capture_s=g.capture_s, graph_mem_mib=g.graph_mem_mib,
@@ -131,13 +134,15 @@ def _time_ours(model: PagedLlama, graphs: dict, cfg: PagedModelBenchConfig, step
 
 def _serial_graphs(model: PagedLlama, cfg: PagedModelBenchConfig, width: int,
                    checked: dict[str, float]) -> dict:
-    """The same step without programmatic dependent launch (mode ``graph_no_pdl``), where the
-    model uses it: what removing the kernel boundaries' drain-and-launch gaps is worth."""
-    if not getattr(model.ops, "pdl", False):
+    """The same step without programmatic dependent launch (mode ``graph_no_pdl``), at the
+    batches where the model uses it: what removing the kernel boundaries' drain-and-launch gaps
+    is worth. Larger steps launch serially both ways, so they are not timed twice."""
+    batches = [b for b in cfg.batches if for_rows(True, b)]
+    if not getattr(model.ops, "pdl", False) or not batches:
         return {}
     serial = PagedLlama(model.config, model.weights, model.cache, pdl=False,
                         linear_choice=model.ops.plan.choice)  # same kernels, launched serially
-    graphs = checks.make_graphs(serial, cfg.batches, width)
+    graphs = checks.make_graphs(serial, batches, width)
     checked[SERIAL_MODE] = checks.check_graph(serial, graphs)
     return {SERIAL_MODE: graphs}
 

@@ -12,6 +12,7 @@ import pandas as pd
 from decodelab.core.params import NotebookParams as BaseParams
 from decodelab.core.params import param
 from decodelab.model import analysis
+from decodelab.model.pdl_policy import MAX_ROWS as PDL_MAX_ROWS
 
 TABLES = ("paged_model", "paged_model_kernels", "paged_model_linear", "paged_model_gemm",
           "paged_attention")
@@ -123,19 +124,29 @@ def peers_prose(vs: pd.DataFrame) -> str:
 
 def boundary_prose(effect: pd.DataFrame) -> str:
     """Per origin: what removing the kernel boundaries' drain-and-launch gaps (PDL) saved, at
-    the smallest batch of the shortest context and across every point."""
+    the smallest batch of the shortest context and across every point that used it; points
+    whose graph step launched serially too give the run-to-run spread instead."""
     if effect.empty:
         return ("No step without programmatic dependent launch was timed here (it needs "
                 "sm_90 or newer): the boundary layer is not separated.")
     lines = []
     for origin, sel in effect.groupby("origin", sort=False):
-        first = sel.sort_values(["context", "batch"]).iloc[0]
-        lines.append(
-            f"- {_label(origin)}: at batch {first['batch']}, context {first['context']}, the "
-            f"step without PDL takes {first[analysis.SERIAL + '_ms']:.3g} ms and with it "
-            f"{first['ms_per_token']:.3g} ms: **{first['saved_us']:.0f} µs saved**, from "
-            f"{first['roofline_before']:.0%} to {first['roofline_after']:.0%} of the roofline. "
-            + _boundary_range(sel))
+        used, serial = sel[sel["pdl"]], sel[~sel["pdl"]]
+        text = f"- {_label(origin)}: "
+        if not used.empty:
+            first = used.sort_values(["context", "batch"]).iloc[0]
+            text += (f"at batch {first['batch']}, context {first['context']}, the step without "
+                     f"PDL takes {first[analysis.SERIAL + '_ms']:.3g} ms and with it "
+                     f"{first['ms_per_token']:.3g} ms: **{first['saved_us']:.0f} µs saved**, "
+                     f"from {first['roofline_before']:.0%} to {first['roofline_after']:.0%} of "
+                     f"the roofline. " + _boundary_range(used))
+        if not serial.empty:
+            spread = serial["saved_us"].abs()
+            text += (f" At batch {', '.join(str(b) for b in sorted(set(serial['batch'])))} the "
+                     f"step launches its kernels serially either way (PDL is used up to "
+                     f"{PDL_MAX_ROWS} rows): the two timings differ by {spread.min():.0f}-"
+                     f"{spread.max():.0f} µs, the run-to-run spread of the same kernels.")
+        lines.append(text.rstrip())
     return "\n".join(lines)
 
 

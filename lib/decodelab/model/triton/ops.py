@@ -1,6 +1,6 @@
 """``TritonOps``: the decode step's operations on Triton kernels, with the same methods and
 contracts as ``model.TorchOps``, so the model swaps one for the other. With ``pdl`` every
-Triton kernel of a step of up to ``pdl.MAX_ROWS`` tokens is launched with programmatic
+Triton kernel of a step of up to ``pdl_policy.MAX_ROWS`` tokens is launched with programmatic
 dependent launch (:mod:`.pdl`): each one becomes resident while the one before drains, and the
 matmuls stream their first weight tile early."""
 
@@ -10,10 +10,10 @@ from collections.abc import Sequence
 
 import torch
 
+from decodelab.model.pdl_policy import for_rows
 from decodelab.model.triton.attention import paged_decode_attention
 from decodelab.model.triton.fused import rms_norm_rows, rope_write, silu_mul
 from decodelab.model.triton.linear import add_norm_gemv
-from decodelab.model.triton.pdl import for_rows
 from decodelab.model.triton.plan import LinearPlan, tunable
 
 

@@ -13,7 +13,8 @@ the wait: a matmul streams its first weight tile while the previous kernel drain
 The contract every kernel launched with :func:`launch_kw` keeps: no load of an earlier kernel's
 output and no store at all before ``gdc_wait``. A kernel after it that is not launched with PDL
 (cuBLAS, a torch op) waits for full completion as usual, so mixing is safe; ordering is
-transitive because every PDL kernel waits before it completes.
+transitive because every PDL kernel waits before it completes. Which steps use it:
+:mod:`decodelab.model.pdl_policy`.
 """
 
 from __future__ import annotations
@@ -23,12 +24,6 @@ import functools
 import torch
 import triton
 import triton.language as tl
-
-# PDL pays where a step is many short kernels. On the H200 (bench paged_model, graph against
-# graph_no_pdl, commit c0b2a6b) it saved 111-122 µs per step at batch 1 and 30 µs at batch 32,
-# between -18 and +25 µs at batch 8, and cost 28-87 µs at batch 128, where a few long kernels
-# fill the step. Steps of more rows launch their kernels one after another.
-MAX_ROWS = 32
 
 
 @functools.cache
@@ -48,11 +43,6 @@ def enter(PDL: tl.constexpr):
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-
-
-def for_rows(enabled: bool, rows: int) -> bool:
-    """Whether a kernel of a step of ``rows`` tokens uses PDL (see :data:`MAX_ROWS`)."""
-    return enabled and rows <= MAX_ROWS
 
 
 def launch_kw(pdl: bool) -> dict[str, bool]:

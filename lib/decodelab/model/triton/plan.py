@@ -20,9 +20,9 @@ import torch.nn.functional as F
 from triton.runtime.errors import OutOfResources
 
 from decodelab.core.timing import time_graph_replays
+from decodelab.model.pdl_policy import for_rows
 from decodelab.model.triton import linear, skinny
 from decodelab.model.triton.fused import silu_mul
-from decodelab.model.triton.pdl import for_rows
 
 Key = tuple[int, int, bool, int]  # (n, k, swiglu, rows)
 Tile = tuple[int, ...]
@@ -105,7 +105,7 @@ def _measure(w: torch.Tensor, swiglu: bool, rows: int, pdl: bool
 
 class LinearPlan:
     """Per (n, k, swiglu, rows): the tile of the fastest Triton candidate, or None (cuBLAS).
-    With ``pdl`` the Triton candidates of steps up to ``pdl.MAX_ROWS`` rows are launched (and
+    With ``pdl`` the Triton candidates of steps up to ``pdl_policy.MAX_ROWS`` rows are launched (and
     timed) with programmatic dependent launch, as back-to-back kernels of a step run them.
     A given ``choice`` is kept untimed."""
 
