@@ -3,6 +3,11 @@ transformers (bounds stated in decodelab.model.check)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -169,3 +174,22 @@ def test_skinny_matmul_equals_cublas(rows):
             assert got.shape == want.shape
             assert checks.rel_err(got, want) < 1e-2, (n, k, swiglu, tile)
         assert ran, f"no skinny tile fits ({n}, {k}, swiglu={swiglu})"
+
+
+def test_model_kernels_pass_memcheck():
+    """compute-sanitizer memcheck over every Triton kernel of the model at small shapes
+    (``sanitize_model_kernels.py``): no out-of-bounds or misaligned access, no leak."""
+    from decodelab.persistent.profile import find_tool
+
+    tool = find_tool("compute-sanitizer")
+    if tool is None:
+        pytest.skip("compute-sanitizer is not installed (it comes with the CUDA toolkit)")
+    here = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent / "lib"),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([tool, "--tool", "memcheck", "--error-exitcode", "9", sys.executable,
+                           str(here / "sanitize_model_kernels.py")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "model kernels: ok" in out and "ERROR SUMMARY: 0 errors" in out
