@@ -168,7 +168,8 @@ if pm is not None:
 # and the Triton gemv tiles, timed in the bench (at batch 2 to 64, `paged_model_gemm`: cuBLAS
 # against Triton "skinny" tiles that read each weight once for all rows). The small kernels
 # (norms, rotary, merges) move kilobytes and are bound by their latency: no rate is claimed
-# for them.
+# for them. Last, each batch-1 matmul against its floor, the time its weight needs at the
+# copy bandwidth: what the matmuls' starts, tails and slower streaming add to the step.
 
 # %%
 kernels = tables.get("paged_model_kernels")
@@ -189,6 +190,15 @@ if linear is not None:
         "candidate": "chosen", "us": "µs", "weight_gb_s": "weights (GB/s)",
         "cublas_us": "cuBLAS (µs)", "vs_cublas": "cuBLAS / chosen"},
         caption="Each batch-1 matmul shape: the fastest candidate, which the model uses."))
+    if pm is not None:
+        headroom = analysis.matmul_headroom(linear, pm)
+        display(Markdown(nb.headroom_prose(headroom)))
+        display(show_table(headroom, {
+            "origin": "source", "weight": "weight", "n": "n (out)", "k": "k (in)",
+            "calls_per_step": "calls per step", "candidate": "kernel", "us": "µs per call",
+            "floor_us": "floor per call (µs)", "above_us": "above the floor, per step (µs)"},
+            caption="Each batch-1 matmul against its weight's floor (bytes at the measured "
+                    "copy bandwidth)."))
 gemm = tables.get("paged_model_gemm")
 if gemm is not None:
     display(show_table(analysis.linear_choices(gemm), {

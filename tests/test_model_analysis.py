@@ -213,6 +213,28 @@ def test_boundary_effect_reads_a_step_beyond_the_pdl_rows_as_spread():
     assert "ranges from -5000 µs (batch 8, context 256) to 5000 µs" in text
 
 
+def test_matmul_headroom_is_each_weights_time_above_its_floor_per_step():
+    """Every chosen kernel takes 1 µs a call here; a tiny fp32 weight of n x k needs
+    n * k * 4 B at 100 GB/s: the headroom per step is calls x (1 µs - that floor)."""
+    config = named_config("tiny")
+    head = analysis.matmul_headroom(_linear(), _pm())
+    assert list(head["weight"]) == list(analysis.linear_shapes(config)["weight"])
+    for r in head.itertuples():
+        floor = r.n * r.k * 4 / (COPY_GB_S * 1e9) * 1e6
+        assert r.floor_us == pytest.approx(floor)
+        assert r.above_us == pytest.approx(r.calls_per_step * (1.0 - floor))
+    assert head.loc[head["weight"] == "o", "candidate"].item() == "cublas"
+    text = nb.headroom_prose(head)
+    took = (head["calls_per_step"] * head["us"]).sum()
+    assert f"take {took:,.0f} µs per step" in text
+    assert "most of it in" in text
+    lin = _linear()  # the head's shape (shared with gate_up here) timed under its floor
+    head_shape = analysis.linear_shapes(config).set_index("weight").loc["lm_head"]
+    lin.loc[(lin["n"] == head_shape["n"]) & (lin["k"] == head_shape["k"]), "us"] = 1e-6
+    text = nb.headroom_prose(analysis.matmul_headroom(lin, _pm()))
+    assert "`lm_head` runs" in text and "can outrun the copy" in text
+
+
 def test_vs_compiled_gives_its_step_over_ours():
     vs = analysis.vs_compiled(_with_modes())
     assert len(vs) == 1 and vs.iloc[0]["batch"] == 8 and vs.iloc[0]["context"] == 64

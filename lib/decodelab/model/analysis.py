@@ -186,6 +186,29 @@ def linear_choices(linear: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def matmul_headroom(linear: pd.DataFrame, pm: pd.DataFrame) -> pd.DataFrame:
+    """Per origin and batch-1 matmul weight (qkv, o, gate_up, down, lm_head): the chosen
+    kernel's µs per call as the matmul plan timed it (back to back inside a CUDA graph), the
+    µs its weight needs at the measured copy bandwidth (``floor_us``), and ``above_us`` = calls
+    per step x (time - floor): what each matmul's start, tail and slower streaming add to the
+    step. Negative where a read-only kernel outruns the copy, which also writes."""
+    from decodelab.model.config import NAMED_CONFIGS
+
+    out, runs = [], _with_origin(pm)
+    for origin, lin in linear_choices(linear).groupby("origin", sort=False):
+        run = runs[runs["origin"] == origin]
+        if run.empty or (config := NAMED_CONFIGS.get(run["model"].iloc[0])) is None:
+            continue
+        rows = linear_shapes(config).merge(lin, on=["n", "k", "swiglu"])
+        nbytes = DTYPE_BYTES.get(run["dtype"].iloc[0], math.nan)
+        rows["floor_us"] = rows["n"] * rows["k"] * nbytes / (run["copy_gb_s"].median() * 1e3)
+        rows["above_us"] = rows["calls_per_step"] * (rows["us"] - rows["floor_us"])
+        out.append(rows)
+    cols = ["origin", "weight", "n", "k", "calls_per_step", "candidate", "us", "floor_us",
+            "above_us"]
+    return pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
+
+
 def attention_marginal(pm: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
     """Attention's bandwidth read off the step itself: between the shortest and the longest
     measured context at one batch, the weights read are the same, so the extra time is the

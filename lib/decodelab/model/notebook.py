@@ -222,6 +222,33 @@ def kernel_prose(profile: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def headroom_prose(headroom: pd.DataFrame) -> str:
+    """Per origin: the batch-1 matmuls' time per step against their weights' floor, the
+    weights that hold most of the difference, and the range of the difference per call."""
+    lines = []
+    for origin, sel in headroom.groupby("origin", sort=False):
+        took = (sel["calls_per_step"] * sel["us"]).sum()
+        floor = (sel["calls_per_step"] * sel["floor_us"]).sum()
+        top = sel.sort_values("above_us", ascending=False).head(2)
+        layer = sel[sel["calls_per_step"] > 1]  # one call per layer: qkv, o, gate_up, down
+        per_call = layer["us"] - layer["floor_us"]
+        faster = sel[sel["above_us"] < 0]
+        lines.append(
+            f"- {_label(origin)}: as the matmul plan timed them (back to back inside a graph), "
+            f"the batch-1 matmuls take {took:,.0f} µs per step where their weights need "
+            f"{floor:,.0f} µs at the copy bandwidth: **{took - floor:,.0f} µs above the "
+            "floor**, most of it in "
+            + " and ".join(f"`{r['weight']}` ({r['above_us']:,.0f} µs over "
+                           f"{r['calls_per_step']:g} calls)" for _, r in top.iterrows())
+            + f". Per call, a layer's matmuls sit {per_call.min():.2f} to {per_call.max():.2f} "
+            "µs above their floor"
+            + "".join(f"; `{r['weight']}` runs {-r['above_us']:,.0f} µs under it (a read-only "
+                      "kernel can outrun the copy, which also writes)"
+                      for _, r in faster.iterrows())
+            + ".")
+    return "\n".join(lines)
+
+
 def attention_prose(marginal: pd.DataFrame) -> str:
     """Per origin: the K/V read rate at long context, at the smallest and largest batch."""
     lines = []
