@@ -61,3 +61,7 @@ def test_make_targets_exist_and_say_what_they_run():
     assert "-m jupyterlab" in lab
     assert "notebooks" in lab
     assert "chromium" in _make_dry_run("browser")
+    # The notebooks' kernels run in notebooks/: the report's lib must be an absolute path.
+    report_gpu = _make_dry_run("report-gpu")
+    assert f"PYTHONPATH={paths.repo_root() / 'lib'}" in report_gpu
+    assert "report --profile gpu" in report_gpu
