@@ -44,6 +44,7 @@ from decodelab.analysis.compute_split import split_compute
 from decodelab.analysis.decompose import regime_markdown
 from decodelab.analysis.findings import conclusions, findings
 from decodelab.analysis.notebook import NotebookParams
+from decodelab.analysis.regimes import serial_transformer_us
 from decodelab.analysis.seed_table import AGREE_FACTOR, seed_table
 from decodelab.core import paths
 from decodelab.core.seed import SEED_SOURCE
@@ -106,7 +107,9 @@ if splits:
     display(show_table(cv.split_table(splits), cv.SPLIT_LABELS, caption=(
         f"Computed from {origin_name}." + (" Not split: " + "; ".join(split_notes) + "."
                                            if split_notes else ""))))
-display(Markdown(cv.toy_lines(splits) + "\n\n" + cv.transformer_verdict(splits, regimes)))
+serial_us = serial_transformer_us(tables, params.headline)
+display(Markdown(cv.toy_lines(splits) + "\n\n"
+                 + cv.transformer_verdict(splits, regimes, serial_us)))
 
 # %% [markdown]
 # ## How each term is measured

@@ -21,6 +21,7 @@ from decodelab.analysis.compute_view import (
 from decodelab.analysis.decompose import decompose
 from decodelab.analysis.findings import findings
 from decodelab.analysis.layers import Headline, Tables, load_tables
+from decodelab.analysis.regimes import serial_transformer_us
 from decodelab.model.config import named_config
 from decodelab.toy.step import named
 
@@ -184,6 +185,26 @@ def test_views_and_prose_follow_the_numbers():
     assert "is kernel boundaries" in transformer_verdict(splits, regimes)
     assert "cannot be checked" in transformer_verdict([], [])
     assert toy_lines([]) == "No toy regime's compute could be split yet."
+
+
+def test_verdict_reads_the_same_step_launched_serially():
+    """With the headline step launched without PDL (graph_no_pdl) in the tables, the verdict
+    also gives the floor's share of that step and what PDL took off; without it, nothing."""
+    tables = _tables()
+    by, _, regimes = _split(tables)
+    assert math.isnan(serial_transformer_us(tables, Headline()))
+    splits = list(by.values())
+    assert "Before programmatic" not in transformer_verdict(splits, regimes)
+    pm = tables.frames["paged_model"]
+    serial = pm[pm["mode"] == "graph"].assign(mode="graph_no_pdl", ms_per_token=3.5)
+    frames = {**tables.frames, "paged_model": pd.concat([pm, serial], ignore_index=True)}
+    serial_us = serial_transformer_us(Tables(frames, ORIGIN), Headline())
+    assert serial_us == pytest.approx(3500.0)
+    floor = by["transformer decode"].us("floor")
+    text = transformer_verdict(splits, regimes, serial_us)
+    assert f"the floor was {floor / 3500:.0%} of the step" in text
+    assert "PDL took 500 µs of kernel boundaries off" in text
+    assert ("its largest part there too" in text) == (floor / 3500 > 0.5)
 
 
 def test_finding_reads_the_split():

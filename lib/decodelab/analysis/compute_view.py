@@ -72,9 +72,12 @@ def toy_lines(splits: Sequence[ComputeSplit]) -> str:
     return "\n".join(lines)
 
 
-def transformer_verdict(splits: Sequence[ComputeSplit], regimes: Sequence[Regime]) -> str:
+def transformer_verdict(splits: Sequence[ComputeSplit], regimes: Sequence[Regime],
+                        serial_us: float = math.nan) -> str:
     """Whether the seed's "Real Transformer Decode → Compute" holds once the floor is split
-    out of compute: is the floor the largest single part of the step, or the boundaries?"""
+    out of compute: is the floor the largest single part of the step, or the boundaries? With
+    ``serial_us`` (the same step, its kernels launched serially), also before programmatic
+    dependent launch removed part of the boundaries."""
     seed = next(s for s in SEED_REGIMES if s.regime == "transformer decode")
     split = next((s for s in splits if s.regime == "transformer decode"), None)
     regime = next((r for r in regimes if r.name == "transformer decode"), None)
@@ -99,4 +102,17 @@ def transformer_verdict(splits: Sequence[ComputeSplit], regimes: Sequence[Regime
                    "boundaries, not the memory traffic, set the step")
     else:
         verdict = "is not what the split shows: " + said
-    return f'**The seed\'s regime-table line "{seed.quote}"** {verdict}.'
+    return f'**The seed\'s regime-table line "{seed.quote}"** {verdict}.' + _before_pdl(
+        split.us("floor"), step, serial_us)
+
+
+def _before_pdl(floor: float, step: float, serial_us: float) -> str:
+    """The floor's share of the step launched serially: more than half makes it that step's
+    largest part too, whatever the rest splits into."""
+    if not math.isfinite(serial_us):
+        return ""
+    share = floor / serial_us
+    return (f" Before programmatic dependent launch (the same kernels launched one after "
+            f"another: {fmt_us(serial_us)} µs), the floor was {share:.0%} of the step"
+            + (", its largest part there too" if share > 0.5 else "")
+            + f"; PDL took {fmt_us(serial_us - step)} µs of kernel boundaries off.")

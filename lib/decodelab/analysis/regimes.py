@@ -193,6 +193,18 @@ def _model_row(tables: Tables, batch: int, context: int) -> tuple[pd.Series, str
     return tables.one("paged_model", where, _MODEL_COLS)
 
 
+def serial_transformer_us(tables: Tables, h: Headline) -> float:
+    """The transformer step at the headline point with its kernels launched one after another
+    (``graph_no_pdl``: before programmatic dependent launch removed their boundaries), µs;
+    NaN where the tables hold no such row (PDL needs sm_90+)."""
+    where = {"mode": "graph_no_pdl", "batch": h.model_batch, "context": h.context}
+    try:
+        row, _ = tables.one("paged_model", where, ["ms_per_token"])
+    except MissingData:
+        return NAN
+    return _us(row, "ms_per_token")
+
+
 def _kernel_busy(tables: Tables, batch: int, context: int) -> tuple[float, str]:
     """Sum of per-kernel device time of one graph step (phase 4a's profile)."""
     frame, src = tables.rows("paged_model_kernels", {"batch": batch, "context": context},
