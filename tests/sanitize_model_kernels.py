@@ -1,21 +1,20 @@
 """Every Triton kernel of the paged model at small shapes, for compute-sanitizer memcheck
 (``test_paged_model_gpu.test_model_kernels_pass_memcheck`` runs this file under it): the
 gemv tiles and the gemv with the residual add and RMSNorm in its prologue, the norm alone,
-the skinny matmul with and without SwiGLU, paged attention over shuffled block tables with a
-partial last block, and whole decode steps eager and from CUDA graphs (PDL edges on sm_90+),
-full and padded buckets. Exits non-zero if a result is wrong."""
+the skinny matmul with and without SwiGLU, paged attention over shuffled block tables and
+random context lengths (``check.check_attention``), and whole decode steps eager and from
+CUDA graphs (PDL edges on sm_90+), full and padded buckets. Exits non-zero if a result is
+wrong."""
 
 from __future__ import annotations
 
 import torch
 
 from decodelab.model import check as checks
-from decodelab.model.attention import paged_decode_attention_ref
 from decodelab.model.config import named_config
 from decodelab.model.graphs import DecodeGraphs
 from decodelab.model.kv_cache import PagedKVCache
 from decodelab.model.llama import PagedLlama, greedy_generate
-from decodelab.model.triton.attention import paged_decode_attention
 from decodelab.model.triton.fused import rms_norm_rows
 from decodelab.model.triton.linear import TILES, add_norm_gemv, gemv
 from decodelab.model.triton.skinny import TILES as SKINNY_TILES
@@ -42,28 +41,12 @@ def matmuls(gen: torch.Generator) -> None:
                 skinny(x, w, SKINNY_TILES[0], swiglu=swiglu)
 
 
-def attention(gen: torch.Generator) -> None:
-    hkv, d, bs = 2, 64, 16
-    for batch in (1, 5):
-        lens = torch.tensor([(1, 17, 32, 100, 250)[i % 5] for i in range(batch)],
-                            dtype=torch.int32, device="cuda")
-        width = -(-int(lens.max()) // bs)
-        blocks = batch * width + 3
-        k = torch.randn((blocks, hkv, bs, d), device="cuda", generator=gen).to(BF)
-        v = torch.randn((blocks, hkv, bs, d), device="cuda", generator=gen).to(BF)
-        bt = torch.randperm(blocks, device="cuda", generator=gen)[:batch * width]
-        bt = bt.view(batch, width).int()
-        q = torch.randn((batch, hkv * 4, d), device="cuda", generator=gen).to(BF)
-        err = checks.rel_err(paged_decode_attention(q, k, v, bt, lens, d ** -0.5),
-                             paged_decode_attention_ref(q, k, v, bt, lens, d ** -0.5))
-        assert err <= checks.TRITON_RTOL, f"attention, batch {batch}: rel err {err:.3g}"
-
-
-def decode_steps() -> None:
+def attention_and_decode_steps() -> None:
     config = named_config("tiny", num_layers=2)
     sd = random_state_dict(config, seed=3, dtype=BF, device="cuda")
     weights = from_state_dict(config, sd, dtype=BF, device="cuda")
     cache = PagedKVCache(config, 128, 16, dtype=BF, device="cuda")
+    checks.check_attention(cache, batches=(1, 5))  # raises if attention is wrong
     model = PagedLlama(config, weights, cache)
     graphs = DecodeGraphs(model, buckets=(1, 4), max_blocks_per_seq=16)
     prompts = checks.prompts(config, 4)
@@ -75,6 +58,5 @@ def decode_steps() -> None:
 if __name__ == "__main__":
     generator = torch.Generator(device="cuda").manual_seed(0)
     matmuls(generator)
-    attention(generator)
-    decode_steps()
+    attention_and_decode_steps()
     print("model kernels: ok")

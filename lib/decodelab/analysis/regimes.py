@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from decodelab.analysis.layers import Headline, MissingData, Regime, Tables, Term, selector_of
+from decodelab.model.analysis import SERIAL
 from decodelab.toy.step import named
 
 NAN = math.nan
@@ -197,7 +198,7 @@ def serial_transformer_us(tables: Tables, h: Headline) -> float:
     """The transformer step at the headline point with its kernels launched one after another
     (``graph_no_pdl``: before programmatic dependent launch removed their boundaries), µs;
     NaN where the tables hold no such row (PDL needs sm_90+)."""
-    where = {"mode": "graph_no_pdl", "batch": h.model_batch, "context": h.context}
+    where = {"mode": SERIAL, "batch": h.model_batch, "context": h.context}
     try:
         row, _ = tables.one("paged_model", where, ["ms_per_token"])
     except MissingData:

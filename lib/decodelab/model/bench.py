@@ -43,6 +43,7 @@ from decodelab.core.results import write_table
 from decodelab.core.timing import TimingConfig, median_times
 from decodelab.core.validate import ConfigError, check_choice
 from decodelab.model import check as checks
+from decodelab.model.analysis import SERIAL
 from decodelab.model.attention_bench import ATTENTION_TABLE, attention_rows
 from decodelab.model.block_pool import blocks_needed
 from decodelab.model.config import named_config
@@ -58,7 +59,6 @@ from decodelab.model.workload import copy_bandwidth_gb_s, decode_inputs, on_benc
 # prompts of check.PROMPT_LENS plus 16 new tokens, 44 blocks of 16) must fit even where the
 # timed batches are small (the CPU profiles).
 VALIDATION_BLOCKS = 64
-SERIAL_MODE = "graph_no_pdl"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,8 +143,8 @@ def _serial_graphs(model: PagedLlama, cfg: PagedModelBenchConfig, width: int,
     serial = PagedLlama(model.config, model.weights, model.cache, pdl=False,
                         linear_choice=model.ops.plan.choice)  # same kernels, launched serially
     graphs = checks.make_graphs(serial, batches, width)
-    checked[SERIAL_MODE] = checks.check_graph(serial, graphs)
-    return {SERIAL_MODE: graphs}
+    checked[SERIAL] = checks.check_graph(serial, graphs)
+    return {SERIAL: graphs}
 
 
 def bench(profile: str, out_dir: Path) -> list[Path]:

@@ -132,21 +132,24 @@ def boundary_prose(effect: pd.DataFrame) -> str:
     lines = []
     for origin, sel in effect.groupby("origin", sort=False):
         used, serial = sel[sel["pdl"]], sel[~sel["pdl"]]
-        text = f"- {_label(origin)}: "
+        parts = []
         if not used.empty:
             first = used.sort_values(["context", "batch"]).iloc[0]
-            text += (f"at batch {first['batch']}, context {first['context']}, the step without "
-                     f"PDL takes {first[analysis.SERIAL + '_ms']:.3g} ms and with it "
-                     f"{first['ms_per_token']:.3g} ms: **{first['saved_us']:.0f} µs saved**, "
-                     f"from {first['roofline_before']:.0%} to {first['roofline_after']:.0%} of "
-                     f"the roofline. " + _boundary_range(used))
+            parts.append(
+                f"at batch {first['batch']}, context {first['context']}, the step without PDL "
+                f"takes {first[analysis.SERIAL + '_ms']:.3g} ms and with it "
+                f"{first['ms_per_token']:.3g} ms: **{first['saved_us']:.0f} µs saved**, from "
+                f"{first['roofline_before']:.0%} to {first['roofline_after']:.0%} of the "
+                "roofline. " + _boundary_range(used))
         if not serial.empty:
             spread = serial["saved_us"].abs()
-            text += (f" At batch {', '.join(str(b) for b in sorted(set(serial['batch'])))} the "
-                     f"step launches its kernels serially either way (PDL is used up to "
-                     f"{PDL_MAX_ROWS} rows): the two timings differ by {spread.min():.0f}-"
-                     f"{spread.max():.0f} µs, the run-to-run spread of the same kernels.")
-        lines.append(text.rstrip())
+            batches = ", ".join(str(b) for b in sorted(set(serial["batch"])))
+            parts.append(
+                f"At batch {batches} the step launches its kernels serially either way (PDL is "
+                f"used up to {PDL_MAX_ROWS} rows): the two timings differ by "
+                f"{spread.min():.0f}-{spread.max():.0f} µs, the run-to-run spread of the same "
+                "kernels.")
+        lines.append(f"- {_label(origin)}: " + " ".join(parts))
     return "\n".join(lines)
 
 
