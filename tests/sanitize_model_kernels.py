@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from decodelab.model import check as checks
+from decodelab.model import compare
+from decodelab.model.bench import checks
 from decodelab.model.config import named_config
 from decodelab.model.graphs import DecodeGraphs
 from decodelab.model.kv_cache import PagedKVCache
@@ -49,7 +50,7 @@ def attention_and_decode_steps() -> None:
     checks.check_attention(cache, batches=(1, 5))  # raises if attention is wrong
     model = PagedLlama(config, weights, cache)
     graphs = DecodeGraphs(model, buckets=(1, 4), max_blocks_per_seq=16)
-    prompts = checks.prompts(config, 4)
+    prompts = compare.prompts(config, 4)
     for batch in (prompts, prompts[:1], prompts[:3]):  # full buckets 4 and 1, padded 3 -> 4
         eager = greedy_generate(model, batch, 6)[0]
         assert greedy_generate(model, batch, 6, step=graphs.run)[0] == eager, len(batch)

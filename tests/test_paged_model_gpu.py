@@ -1,5 +1,5 @@
 """GPU checks of the paged model: Triton kernels vs the references, graphs vs eager, bf16 vs
-transformers (bounds stated in decodelab.model.check)."""
+transformers (bounds stated in decodelab.model.compare)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from decodelab.model import check as checks
+from decodelab.model import compare
+from decodelab.model.bench import checks, peers
 from decodelab.model.config import named_config
 from decodelab.model.graphs import DecodeGraphs
 from decodelab.model.kv_cache import PagedKVCache
@@ -34,7 +35,7 @@ def build(name="tiny", backend="triton", num_blocks=512, **overrides):
 def test_triton_attention_equals_reference(shape):
     cache = PagedKVCache(named_config("tiny", **shape), 2048, 16, dtype=torch.bfloat16,
                          device="cuda")
-    assert checks.check_attention(cache, batches=(1, 3, 8, 32, 128)) <= checks.TRITON_RTOL
+    assert checks.check_attention(cache, batches=(1, 3, 8, 32, 128)) <= compare.TRITON_RTOL
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -59,24 +60,24 @@ def test_paged_attention_over_any_block_table(dtype, group):
         q = torch.randn((batch, hkv * group, d), generator=gen, device="cuda").to(dtype)
         ref = paged_decode_attention_ref(q, k, v, bt, lens, d ** -0.5)
         got = paged_decode_attention(q, k, v, bt, lens, d ** -0.5)
-        bound = 1e-5 if dtype == torch.float32 else checks.TRITON_RTOL
-        assert checks.rel_err(got, ref) <= bound, (batch, dtype, group)
+        bound = 1e-5 if dtype == torch.float32 else compare.TRITON_RTOL
+        assert compare.rel_err(got, ref) <= bound, (batch, dtype, group)
 
 
 def test_triton_ops_match_torch_ops_bf16():
     fast, _ = build()
     ref = PagedLlama(fast.config, fast.weights, fast.cache, backend="torch")
-    prompts = checks.prompts(fast.config, 4)
+    prompts = compare.prompts(fast.config, 4)
     tokens, want = greedy_generate(ref, prompts, 16)
     _, got = greedy_generate(fast, prompts, 16, forced=tokens)
-    assert checks.rel_err(got, want) < 2e-2
+    assert compare.rel_err(got, want) < 2e-2
 
 
 def test_graph_decode_equals_eager_decode_bf16():
     model, _ = build()
     graphs = DecodeGraphs(model, buckets=(1, 2, 4, 8), max_blocks_per_seq=32)
     assert graphs.capture_s > 0 and graphs.graph_mem_mib >= 0
-    prompts = checks.prompts(model.config, 4)  # batch 4 == bucket 4: same kernels both ways
+    prompts = compare.prompts(model.config, 4)  # batch 4 == bucket 4: same kernels both ways
     eager_tokens, eager_logits = greedy_generate(model, prompts, 32)
     graph_tokens, graph_logits = greedy_generate(model, prompts, 32, step=graphs.run)
     assert graph_tokens == eager_tokens
@@ -85,7 +86,7 @@ def test_graph_decode_equals_eager_decode_bf16():
     tokens, ref = greedy_generate(model, prompts[:3], 32)
     before = model.cache.k.clone()
     _, out = greedy_generate(model, prompts[:3], 32, step=graphs.run, forced=tokens)
-    assert checks.rel_err(out, ref) < 2e-2
+    assert compare.rel_err(out, ref) < 2e-2
     assert torch.equal(model.cache.k[:, model.cache.scratch_block],
                        before[:, model.cache.scratch_block])
 
@@ -101,8 +102,8 @@ def test_graph_check_runs_on_buckets_smaller_than_its_prompts():
 def test_bf16_logits_close_to_transformers():
     pytest.importorskip("transformers")
     model, sd = build(num_layers=4)
-    hf = checks.hf_model(model.config, sd, model.device)
-    assert checks.check_hf(model, hf) <= checks.HF_BF16_RTOL
+    hf = peers.hf_model(model.config, sd, model.device)
+    assert checks.check_hf(model, hf) <= compare.HF_BF16_RTOL
 
 
 @pytest.mark.skipif(not torch.cuda.is_available()
@@ -115,7 +116,7 @@ def test_pdl_graph_equals_serial_graph(name):
     assert model.ops.pdl
     serial = PagedLlama(model.config, model.weights, model.cache, pdl=False,
                         linear_choice=model.ops.plan.choice)
-    prompts = checks.prompts(model.config, 8)
+    prompts = compare.prompts(model.config, 8)
     outs = []
     for m in (model, serial):
         graphs = DecodeGraphs(m, buckets=(1, 8), max_blocks_per_seq=32)
@@ -146,7 +147,7 @@ def test_fused_norm_gemv_equals_the_unfused_ops():
                 want = gemv(normed, w, tile)
                 h_new, got = add_norm_gemv(h, res if add else None, nw, 1e-5, w, tile)
                 assert torch.equal(h_new, h_ref), (n, k, tile, add)
-                assert checks.rel_err(got, want) < 1e-2, (n, k, tile, add)
+                assert compare.rel_err(got, want) < 1e-2, (n, k, tile, add)
 
 
 @pytest.mark.parametrize("rows", [2, 8, 32, 64])
@@ -172,7 +173,7 @@ def test_skinny_matmul_equals_cublas(rows):
                 continue
             ran += 1
             assert got.shape == want.shape
-            assert checks.rel_err(got, want) < 1e-2, (n, k, swiglu, tile)
+            assert compare.rel_err(got, want) < 1e-2, (n, k, swiglu, tile)
         assert ran, f"no skinny tile fits ({n}, {k}, swiglu={swiglu})"
 
 

@@ -7,7 +7,7 @@ import torch
 import tp_workers
 
 from decodelab.core.validate import ConfigError
-from decodelab.model.check import rel_err
+from decodelab.model.compare import rel_err
 from decodelab.model.config import named_config
 from decodelab.model.kv_cache import PagedKVCache
 from decodelab.model.llama import PagedLlama, greedy_generate

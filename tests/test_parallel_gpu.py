@@ -8,7 +8,7 @@ import pytest
 import torch
 import tp_workers
 
-from decodelab.model.check import rel_err
+from decodelab.model.compare import rel_err
 from decodelab.parallel.check import (
     TP_BF16_RTOL,
     run_on_ranks,

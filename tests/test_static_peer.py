@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from decodelab.model.bench.static_cache import StaticCacheLlama
 from decodelab.model.config import named_config
-from decodelab.model.kv_cache import PagedKVCache
+from decodelab.model.kv_cache import PagedKVCache, decode_inputs
 from decodelab.model.llama import PagedLlama
-from decodelab.model.static_peer import StaticCacheLlama
 from decodelab.model.weights import from_state_dict, random_state_dict
-from decodelab.model.workload import decode_inputs
 
 
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])

@@ -12,8 +12,7 @@ import pytest
 
 from decodelab.core import paths
 from decodelab.core.results import write_table
-from decodelab.engine.metrics import RequestRecord, StepRecord
-from decodelab.engine.rows import (
+from decodelab.engine.bench.rows import (
     BatchRow,
     ErrorRow,
     RequestRow,
@@ -23,8 +22,9 @@ from decodelab.engine.rows import (
     StepRow,
     stamped,
 )
-from decodelab.engine.runs import RunResult
-from decodelab.model.rows import GemmRow, KernelRow, LinearRow, PagedModelRow
+from decodelab.engine.bench.step_timing import RunResult
+from decodelab.engine.metrics import RequestRecord, StepRecord
+from decodelab.model.bench.rows import GemmRow, KernelRow, LinearRow, PagedModelRow
 from decodelab.parallel import rows as tp_rows
 
 

@@ -28,7 +28,7 @@ def tiny_greedy(world: TPGroup, overrides: dict, forced=None, skip_comm: bool = 
 
 def nccl_matches_tp1(world: TPGroup, model_name: str, new_tokens: int):
     """bf16 on GPUs: TP=world (graph and eager) against TP=1 on rank 0, same weights."""
-    from decodelab.model.check import prompts
+    from decodelab.model.compare import prompts
     from decodelab.model.graphs import DecodeGraphs
     from decodelab.parallel.group import sub_group
 

@@ -88,7 +88,7 @@ def skinny() -> None:
 def model() -> None:
     """The whole decode step on TritonOps (norms, rotary + cache write, gemv with the fused
     norm at one row, skinny matmuls at three) against the torch ops, teacher-forced."""
-    from decodelab.model import check as checks
+    from decodelab.model import compare
     from decodelab.model.config import named_config
     from decodelab.model.kv_cache import PagedKVCache
     from decodelab.model.llama import PagedLlama, greedy_generate
@@ -109,7 +109,7 @@ def model() -> None:
     fast.ops = TritonOps(pdl=False, linear_choice=choice)  # timing needs a GPU: given choice
     fast.ops.decode_attention = TorchOps.decode_attention
     for n in (1, 3):
-        prompts = checks.prompts(config, n)
+        prompts = compare.prompts(config, n)
         tokens, want = greedy_generate(ref, prompts, 5)
         _, got = greedy_generate(fast, prompts, 5, forced=tokens)
         assert _rel(got, want) < RTOL, (n, _rel(got, want))

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from decodelab.analysis.layers import Headline, MissingData, Regime, Tables, Term, selector_of
-from decodelab.model.analysis import SERIAL
+from decodelab.model.modes import SERIAL
 from decodelab.toy.step import named
 
 NAN = math.nan

@@ -4,7 +4,15 @@ it is resolved to ``gpu`` or ``cpu`` by :func:`resolve_profile` before anything 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
 from decodelab.core.validate import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+
+T = TypeVar("T")
 
 PROFILES = ("smoke", "cpu", "gpu")  # what benches run
 AUTO = "auto"
@@ -25,3 +33,16 @@ def resolve_profile(value: str | None, owner: str = "profile") -> str:
     if value not in PROFILES:
         raise ConfigError(f"unknown {owner} {value!r}; allowed: {', '.join(CHOICES)}")
     return value
+
+
+def on_bench_device(profile: str, body: Callable[[torch.device], T]) -> T:
+    """``body(device)`` on the device a profile measures: the GPU for ``gpu`` on a CUDA machine,
+    else the CPU with one torch thread (see ``timing.cpu_threads``: a tiny model's small ops)."""
+    import torch
+
+    from decodelab.core.timing import cpu_threads
+
+    if profile == "gpu" and torch.cuda.is_available():
+        return body(torch.device("cuda"))
+    with cpu_threads(1):
+        return body(torch.device("cpu"))

@@ -233,3 +233,16 @@ def auto_inner(fn: Callable[[], object], *, target_s: float = 2e-3, sync: Callab
             break
         n *= 2
     return n
+
+
+def copy_bandwidth_gb_s(device, nbytes: int, cfg: TimingConfig) -> float:
+    """Device-to-device (or host memory) copy rate, bytes read + written per second / 1e9."""
+    import torch
+
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device).uniform_()
+    dst = torch.empty_like(src)
+    if device.type == "cuda":
+        t = time_cuda(lambda: dst.copy_(src), cfg).device_stats().median
+    else:
+        t = time_host(lambda: dst.copy_(src), cfg).wall_stats().median
+    return 2 * nbytes / t / 1e9

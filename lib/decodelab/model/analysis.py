@@ -15,12 +15,9 @@ import re
 
 import pandas as pd
 
+from decodelab.model.modes import COMPILED, OURS, PEERS, SERIAL
 from decodelab.model.pdl_policy import for_rows
 
-OURS = ("eager", "graph")  # our paged model: op by op, and one graph replay per step
-PEERS = ("hf_dynamic", "hf_static")  # transformers' generate: default cache, static cache
-SERIAL = "graph_no_pdl"  # the graph step with every kernel waiting for the one before
-COMPILED = "compile_static"  # torch.compile (max-autotune) + CUDA graph, static cache
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 # What a profiled kernel does, from its name (first match wins; patterns, so that a renamed or
 # new variant keeps its role): our Triton kernels start with "_"; cuBLAS names its matmul

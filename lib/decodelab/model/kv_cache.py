@@ -16,6 +16,8 @@ Interface (stable):
     cache.pool                       # the BlockPool of these blocks (torch-free allocator)
     cache.write(layer, k, v, slot_mapping)      # k, v: (T, Hkv, D); slot -1 = write nothing
     slots_for(block_table, start, end) -> list[int]   # slots of positions start .. end-1
+    slots_at(block_tables, positions, block_size)     # the same on device tensors, one per row
+    decode_inputs(cache, batch, context) -> (tables, decode arguments)   # B fresh sequences
     cache.block_table_tensor(tables, width) -> (B, width) int32, padded with the scratch block
     cache.capacity_tokens, cache.nbytes, PagedKVCache.blocks_for_memory(config, ...)
 """
@@ -37,6 +39,13 @@ def slots_for(block_table: Sequence[int], start: int, end: int, block_size: int)
         raise ValueError(f"positions up to {end - 1} need {-(-end // block_size)} blocks; the "
                          f"block table has {len(block_table)}")
     return [block_table[p // block_size] * block_size + p % block_size for p in range(start, end)]
+
+
+def slots_at(block_tables: torch.Tensor, positions: torch.Tensor, block_size: int
+             ) -> torch.Tensor:
+    """(B,) int64 cache slots of ``positions[b]`` in row ``b`` of ``block_tables`` (B, width)."""
+    rows = torch.arange(block_tables.shape[0], device=block_tables.device)
+    return block_tables[rows, positions // block_size].long() * block_size + positions % block_size
 
 
 class PagedKVCache:
@@ -108,3 +117,19 @@ class PagedKVCache:
     def __repr__(self) -> str:
         return (f"PagedKVCache(blocks={self.num_blocks}, block_size={self.block_size}, "
                 f"dtype={self.dtype}, {self.nbytes / 2**20:.1f} MiB)")
+
+
+def decode_inputs(cache: PagedKVCache, batch: int, context: int,
+                  gen: torch.Generator | None = None):
+    """B sequences with ``context`` tokens each (the last one new this step): static tensors.
+    Returns (block tables to free, decode arguments). ``gen``, a seeded CPU generator, draws the
+    token ids (processes that must feed the same ids pass equally seeded generators)."""
+    tables = [cache.pool.allocate(cache.pool.blocks_needed(context)) for _ in range(batch)]
+    bt = cache.block_table_tensor(tables)
+    pos = torch.full((batch,), context - 1, dtype=torch.int64, device=cache.device)
+    slots = slots_at(bt, pos, cache.block_size)
+    if gen is None:
+        ids = torch.randint(0, cache.config.vocab_size, (batch,), device=cache.device)
+    else:
+        ids = torch.randint(0, cache.config.vocab_size, (batch,), generator=gen).to(cache.device)
+    return tables, (ids, pos, slots, bt, (pos + 1).int())

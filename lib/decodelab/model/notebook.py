@@ -12,6 +12,7 @@ import pandas as pd
 from decodelab.core.params import NotebookParams as BaseParams
 from decodelab.core.params import param
 from decodelab.model import analysis
+from decodelab.model.modes import COMPILED, OURS, SERIAL
 from decodelab.model.pdl_policy import MAX_ROWS as PDL_MAX_ROWS
 
 TABLES = ("paged_model", "paged_model_kernels", "paged_model_linear", "paged_model_gemm",
@@ -87,7 +88,7 @@ def _nearest_point(pm: pd.DataFrame, origin: str, batch: int, context: int
                    ) -> tuple[int, int, str]:
     """(batch, context) to read an origin at: the asked point when measured, else its smallest
     measured batch at its shortest context, with a note saying so."""
-    ours = pm[(pm["origin"] == origin) & pm["mode"].isin(analysis.OURS)]
+    ours = pm[(pm["origin"] == origin) & pm["mode"].isin(OURS)]
     if ((ours["batch"] == batch) & (ours["context"] == context)).any() or ours.empty:
         return batch, context, ""
     c = int(ours["context"].min())
@@ -137,7 +138,7 @@ def boundary_prose(effect: pd.DataFrame) -> str:
             first = used.sort_values(["context", "batch"]).iloc[0]
             parts.append(
                 f"at batch {first['batch']}, context {first['context']}, the step without PDL "
-                f"takes {first[analysis.SERIAL + '_ms']:.3g} ms and with it "
+                f"takes {first[SERIAL + '_ms']:.3g} ms and with it "
                 f"{first['ms_per_token']:.3g} ms: **{first['saved_us']:.0f} µs saved**, from "
                 f"{first['roofline_before']:.0%} to {first['roofline_after']:.0%} of the "
                 "roofline. " + _boundary_range(used))
@@ -190,7 +191,7 @@ def compiled_prose(vs: pd.DataFrame, edits: list[str] = ()) -> str:
             "points its configuration names).", *(f"- {e}" for e in edits)])
     return "\n".join(
         f"- {_label(r['origin'])}, batch {r['batch']}, context {r['context']}: "
-        f"`compile_static` {r[analysis.COMPILED + '_ms']:.3g} ms per step (after "
+        f"`compile_static` {r[COMPILED + '_ms']:.3g} ms per step (after "
         f"{r['compile_s']:.0f} s of compilation), ours {r['ms_per_token']:.3g} ms: "
         f"**{r['speedup']:.2f}x**." for _, r in vs.iterrows())
 

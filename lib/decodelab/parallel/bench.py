@@ -36,12 +36,12 @@ from pathlib import Path
 import torch
 
 from decodelab.core.results import write_table
-from decodelab.core.timing import TimingConfig, median_times
+from decodelab.core.timing import TimingConfig, copy_bandwidth_gb_s, median_times
 from decodelab.model.block_pool import blocks_needed
 from decodelab.model.config import named_config
 from decodelab.model.graphs import DecodeGraphs
+from decodelab.model.kv_cache import decode_inputs
 from decodelab.model.weights import random_weights
-from decodelab.model.workload import copy_bandwidth_gb_s, decode_inputs
 from decodelab.parallel import collectives as coll
 from decodelab.parallel.check import build_model, validate_tp
 from decodelab.parallel.config import TPBenchConfig
@@ -53,7 +53,7 @@ from decodelab.parallel.rows import NAN, ProfileRow, R, SkipRow, TPChecks, TPRow
 from decodelab.parallel.shard import check_tp
 
 # Blocks beyond the timed batches' own: validation's greedy runs (4 prompts of
-# model.check.PROMPT_LENS plus check_tokens) must fit where the timed batches are small.
+# model.compare.PROMPT_LENS plus check_tokens) must fit where the timed batches are small.
 VALIDATION_BLOCKS = 64
 SPARE_BLOCKS = 8  # beyond the one batch-1 sequence of the profiled step
 

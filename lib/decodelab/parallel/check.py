@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from decodelab.model.check import HF_BF16_RTOL, prompts, rel_err
+from decodelab.model.compare import HF_BF16_RTOL, prompts, rel_err
 from decodelab.model.config import ModelConfig
 from decodelab.model.kv_cache import PagedKVCache
 from decodelab.model.llama import greedy_generate

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
+    from decodelab.engine.bench.step_timing import RunResult
     from decodelab.engine.metrics import RequestRecord, StepRecord
-    from decodelab.engine.runs import RunResult
 
 NAN = float("nan")
 TARGET_RATIO = 1.05  # engine step / bare forward step the engine aims to stay under

@@ -6,10 +6,10 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+from decodelab.engine.bench.step_timing import steady_requests
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.engine import Engine
 from decodelab.engine.requests import Request, SamplingParams
-from decodelab.engine.runs import steady_requests
 
 
 def validate_engine(model, graphs, base: EngineConfig) -> float:

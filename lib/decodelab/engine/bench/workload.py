@@ -9,11 +9,11 @@ import time
 
 import torch
 
+from decodelab.engine.bench.rows import ErrorRow, RequestRow
+from decodelab.engine.bench.step_timing import MIXED, sync
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.engine import Engine
 from decodelab.engine.requests import InvalidRequestError, Request, SamplingParams
-from decodelab.engine.rows import ErrorRow, RequestRow
-from decodelab.engine.runs import MIXED, sync
 
 
 def _faults(eng: Engine, i: int):

@@ -13,9 +13,9 @@ import torch
 from decodelab.core.capture import capture, warm_up
 from decodelab.core.timing import TimingConfig, time_cuda, time_host
 from decodelab.engine.batch import prefill_params
+from decodelab.engine.bench.rows import SamplerRow
+from decodelab.engine.bench.step_timing import NAN, steady_requests
 from decodelab.engine.requests import Sequence
-from decodelab.engine.rows import SamplerRow
-from decodelab.engine.runs import NAN, steady_requests
 from decodelab.engine.sampler import (
     PenaltyState,
     RowParams,

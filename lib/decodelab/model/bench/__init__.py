@@ -32,77 +32,25 @@ contiguous cache at the model's attention shapes (:mod:`decodelab.model.attentio
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from decodelab.core.device import has_cuda
-from decodelab.core.profiles import PROFILES
+from decodelab.core.profiles import on_bench_device
 from decodelab.core.results import write_table
-from decodelab.core.timing import TimingConfig, median_times
-from decodelab.core.validate import ConfigError, check_choice
-from decodelab.model import check as checks
-from decodelab.model.analysis import SERIAL
-from decodelab.model.attention_bench import ATTENTION_TABLE, attention_rows
+from decodelab.core.timing import copy_bandwidth_gb_s, median_times
+from decodelab.model.bench import checks, kernels, peers
+from decodelab.model.bench.attention import ATTENTION_TABLE, attention_rows
+from decodelab.model.bench.config import VALIDATION_BLOCKS, PagedModelBenchConfig
+from decodelab.model.bench.rows import GemmRow, KernelRow, LinearRow, PagedModelRow
 from decodelab.model.block_pool import blocks_needed
 from decodelab.model.config import named_config
-from decodelab.model.kv_cache import PagedKVCache
+from decodelab.model.kv_cache import PagedKVCache, decode_inputs
 from decodelab.model.llama import PagedLlama
+from decodelab.model.modes import SERIAL
 from decodelab.model.pdl_policy import for_rows
-from decodelab.model.rows import GemmRow, KernelRow, LinearRow, PagedModelRow
-from decodelab.model.static_bench import compile_static_rows
 from decodelab.model.weights import from_state_dict, random_state_dict
-from decodelab.model.workload import copy_bandwidth_gb_s, decode_inputs, on_bench_device
-
-# Blocks beyond the timed batches' own: the validation's greedy runs before timing (up to 8
-# prompts of check.PROMPT_LENS plus 16 new tokens, 44 blocks of 16) must fit even where the
-# timed batches are small (the CPU profiles).
-VALIDATION_BLOCKS = 64
-
-
-@dataclass(frozen=True, slots=True)
-class PagedModelBenchConfig:
-    profile: str
-    model: str
-    dtype: str
-    batches: tuple[int, ...]
-    contexts: tuple[int, ...]
-    hf_batches: tuple[int, ...]
-    hf_new_tokens: int
-    # (batch, context) points of the compile_static peer (GPU): max-autotune spends about
-    # 1.5 min per batch size autotuning its GEMMs on an H200, so it is measured where the
-    # comparison matters, not at every point.
-    compile_points: tuple[tuple[int, int], ...] = ()
-    block_size: int = 16
-    warmup: int = 3
-    repeats: int = 10
-    inner: int = 10
-
-    def __post_init__(self) -> None:
-        check_choice("PagedModelBenchConfig", "profile", self.profile, PROFILES)
-        check_choice("PagedModelBenchConfig", "dtype", self.dtype, ("bfloat16", "float32"))
-        for batch, context in self.compile_points:
-            if batch not in self.batches or context not in self.contexts:
-                raise ConfigError(f"PagedModelBenchConfig.compile_points: ({batch}, {context}) "
-                                  f"is not a measured point; batches {self.batches}, "
-                                  f"contexts {self.contexts}")
-
-    @classmethod
-    def for_profile(cls, profile: str) -> PagedModelBenchConfig:
-        if profile == "gpu" and has_cuda():
-            return cls(profile, "llama-3.2-1b", "bfloat16", (1, 8, 32, 128), (512, 4096),
-                       hf_batches=(1, 8), hf_new_tokens=17,
-                       compile_points=((1, 512), (32, 512), (128, 4096)))
-        if profile == "smoke":
-            return cls(profile, "tiny", "float32", (1, 4), (32,), hf_batches=(1,),
-                       hf_new_tokens=9, warmup=1, repeats=2, inner=2)
-        return cls(profile, "tiny", "float32", (1, 8), (64, 256), hf_batches=(1,),
-                   hf_new_tokens=33, repeats=7, inner=5)
-
-    @property
-    def timing(self) -> TimingConfig:
-        return TimingConfig(self.warmup, self.repeats, self.inner)
 
 
 def _time_ours(model: PagedLlama, graphs: dict, cfg: PagedModelBenchConfig, step_bytes,
@@ -166,7 +114,7 @@ def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list
                          cfg.block_size, dtype=dtype, device=dev)
     model = PagedLlama(mcfg, weights, cache)
     graphs = checks.make_graphs(model, cfg.batches, blocks_per_seq) if dev.type == "cuda" else None
-    hf = checks.hf_model(mcfg, sd, dev)
+    hf = peers.hf_model(mcfg, sd, dev)
     checked = checks.validate(model, graphs, hf)  # raises if a fast path disagrees
     cache.k.normal_()  # attended K/V: finite values at every slot the timed steps read
     cache.v.normal_()
@@ -185,24 +133,24 @@ def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list
             return PagedModelRow.measured(mode, batch, context, wall, host, dev_s,
                                           step_bytes(batch, context), bw, **extra)
 
-        rows += compile_static_rows(model, cfg, row_for)
+        rows += peers.compile_static_rows(model, cfg, row_for)
     linear, gemm = _matmul_rows(model)
     choice = dict(model.ops.plan.choice) if graphs is not None else {}  # the kernels profiled
     has_graphs = graphs is not None
     del graphs, timed, model, cache  # free the KV pool (and graph memory) before the peers run
     if hf is not None:
-        rows += checks.hf_rows(hf, mcfg, cfg, PagedModelRow.measured, step_bytes, bw,
+        rows += peers.hf_rows(hf, mcfg, cfg, PagedModelRow.measured, step_bytes, bw,
                                checked["hf"])
     del hf, sd
     if dev.type == "cuda":
         torch.cuda.empty_cache()
-    kernels = checks.kernel_profile_isolated(cfg.model, cfg.dtype, cfg.block_size,
-                                             blocks_per_seq, choice) if has_graphs else None
+    profiled = kernels.kernel_profile_isolated(cfg.model, cfg.dtype, cfg.block_size,
+                                               blocks_per_seq, choice) if has_graphs else None
     bench_s = round(time.perf_counter() - t_start, 1)
     rows = [replace(r, model=cfg.model, dtype=cfg.dtype, block_size=cfg.block_size,
                     bench_s=bench_s) for r in rows]
     paths = [write_table("paged_model", rows, out_dir=out_dir, config=cfg, profile=profile)]
-    kernel_rows = [KernelRow(**r) for r in kernels or []]
+    kernel_rows = [KernelRow(**r) for r in profiled or []]
     attention = (attention_rows(mcfg, cfg.batches, cfg.contexts, block_size=cfg.block_size,
                                 dtype=dtype) if has_graphs else [])
     for name, extra in (("paged_model_kernels", kernel_rows), ("paged_model_linear", linear),

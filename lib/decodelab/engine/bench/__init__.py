@@ -37,71 +37,24 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from decodelab.core.device import has_cuda
-from decodelab.core.profiles import PROFILES
+from decodelab.core.profiles import on_bench_device
 from decodelab.core.results import write_table
-from decodelab.core.validate import check_choice
-from decodelab.engine import check, runs, sampler_timing, workload
+from decodelab.engine.bench import checks, sampler_timing, step_timing, workload
+from decodelab.engine.bench.config import SPARE_BLOCKS, RuntimeBenchConfig, graph_buckets
+from decodelab.engine.bench.rows import BatchRow, RunStamp, RuntimeRow, StepRow, stamped
 from decodelab.engine.config import EngineConfig
-from decodelab.engine.rows import BatchRow, RunStamp, RuntimeRow, StepRow, stamped
 from decodelab.engine.sampler import use_fused
 from decodelab.model.block_pool import blocks_needed
 from decodelab.model.config import named_config
-from decodelab.model.graphs import DEFAULT_BUCKETS, DecodeGraphs
+from decodelab.model.graphs import DecodeGraphs
 from decodelab.model.kv_cache import PagedKVCache
 from decodelab.model.llama import PagedLlama
 from decodelab.model.weights import random_weights
-from decodelab.model.workload import on_bench_device
-
-# Blocks beyond the computed need (the largest batch's rows at max_model_len tokens each): no
-# measured run ever waits for or preempts a block.
-SPARE_BLOCKS = 16
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeBenchConfig:
-    profile: str
-    model: str
-    dtype: str
-    batch: int  # steady-decode batch of the main comparison
-    batches: tuple[int, ...]  # host overhead vs batch
-    prompt_len: int
-    warmup_steps: int
-    chunk_steps: int  # steps between two synchronisations when timing
-    chunks: int
-    workload_requests: int
-    workload_rate: float  # Poisson arrivals per second
-    workload_prompt: tuple[int, int]
-    workload_output: tuple[int, int]
-    block_size: int = 16
-
-    def __post_init__(self) -> None:
-        check_choice("RuntimeBenchConfig", "profile", self.profile, PROFILES)
-
-    @classmethod
-    def for_profile(cls, profile: str) -> RuntimeBenchConfig:
-        if profile == "gpu" and has_cuda():
-            return cls(profile, "llama-3.2-1b", "bfloat16", 32, (1, 8, 32), 512, 20, 40, 5,
-                       160, 80.0, (64, 512), (32, 192))
-        if profile == "smoke":
-            return cls(profile, "tiny", "float32", 4, (1, 4), 16, 2, 4, 2, 8, 200.0, (4, 16),
-                       (2, 8), block_size=8)
-        return cls(profile, "tiny", "float32", 8, (1, 4, 8), 64, 5, 20, 3, 48, 100.0, (8, 64),
-                   (8, 32), block_size=8)
-
-    @property
-    def steady_steps(self) -> int:
-        return self.warmup_steps + self.chunk_steps * self.chunks
-
-    @property
-    def max_model_len(self) -> int:
-        return max(self.prompt_len + self.steady_steps + 48,
-                   self.workload_prompt[1] + self.workload_output[1] + 8)
 
 
 def _setup(cfg: RuntimeBenchConfig, dev: torch.device):
@@ -119,13 +72,6 @@ def _setup(cfg: RuntimeBenchConfig, dev: torch.device):
     return model, graphs
 
 
-def graph_buckets(batches: tuple[int, ...]) -> tuple[int, ...]:
-    """The decode graphs' buckets: the default ones up to the largest batch (the engine's
-    ``max_num_seqs``: no larger bucket is ever used), and every measured batch."""
-    top = max(batches)
-    return tuple(sorted({*(b for b in DEFAULT_BUCKETS if b <= top), *batches}))
-
-
 def bench(profile: str, out_dir: Path) -> list[Path]:
     cfg = RuntimeBenchConfig.for_profile(profile)
     return on_bench_device(cfg.profile, lambda dev: _bench(cfg, dev, out_dir))
@@ -137,9 +83,9 @@ def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Pa
     model, graphs = _setup(cfg, dev)
     base = EngineConfig(max_num_seqs=max(cfg.batches), max_model_len=cfg.max_model_len,
                         use_graphs=graphs is not None)
-    agreement = check.validate_engine(model, graphs, base)  # raises on a disagreement
+    agreement = checks.validate_engine(model, graphs, base)  # raises on a disagreement
     if graphs is not None:
-        n = check.validate_step_graphs(model, graphs, base, cfg.batch)  # raises likewise
+        n = checks.validate_step_graphs(model, graphs, base, cfg.batch)  # raises likewise
         print(f"[bench] runtime: captured sampler equals the eager sampler on {n} steps",
               flush=True)
     logits = sampler_timing.bench_logits(model, cfg.batch)
@@ -157,11 +103,11 @@ def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Pa
     if graphs is not None:
         variants["no_graphs"] = replace(base, use_graphs=False)
     context = cfg.prompt_len + cfg.warmup_steps + cfg.chunk_steps * cfg.chunks // 2
-    bare = runs.time_bare_forward(model, graphs, cfg.batch, context, cfg)
+    bare = step_timing.time_bare_forward(model, graphs, cfg.batch, context, cfg)
     rows = [RuntimeRow.of("bare_forward", cfg.batch, bare, bare, mixed_sampler_s)]
     step_rows: list[StepRow] = []
     for name, ecfg in variants.items():
-        res = _optional(name, lambda ecfg=ecfg: runs.time_engine(model, graphs, ecfg, cfg.batch,
+        res = _optional(name, lambda ecfg=ecfg: step_timing.time_engine(model, graphs, ecfg, cfg.batch,
                                                                   cfg), required=name == "engine")
         if res is not None:
             rows.append(RuntimeRow.of(name, cfg.batch, res, bare, mixed_sampler_s))
@@ -173,15 +119,15 @@ def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Pa
           f"(target <= {eng.target_ratio:.2f}x); sampler {eng.sampler_device_us:.0f} us = "
           f"{eng.sampler_share:.1%} of the step (target <= {eng.target_sampler_share:.0%})",
           flush=True)
-    res = _optional("sync_phases", lambda: runs.time_engine(
+    res = _optional("sync_phases", lambda: step_timing.time_engine(
         model, graphs, replace(base, sync_phases=True), cfg.batch, cfg, ops=False))
     if res is not None:
         step_rows += [StepRow.of(r, "engine_sync_phases") for r in res.records]
 
     def sweep():
         ctx = cfg.prompt_len + cfg.steady_steps // 2
-        return [BatchRow.of(b, runs.time_engine(model, graphs, base, b, cfg, ops=False),
-                            runs.time_bare_forward(model, graphs, b, ctx, cfg, ops=False))
+        return [BatchRow.of(b, step_timing.time_engine(model, graphs, base, b, cfg, ops=False),
+                            step_timing.time_bare_forward(model, graphs, b, ctx, cfg, ops=False))
                 for b in cfg.batches]
 
     batch_rows = _optional("batch sweep", sweep) or []

@@ -1,0 +1,62 @@
+"""The runtime bench's configuration per profile, and the decode graphs' buckets it captures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from decodelab.core.device import has_cuda
+from decodelab.core.profiles import PROFILES
+from decodelab.core.validate import check_choice
+from decodelab.model.graphs import DEFAULT_BUCKETS
+
+# Blocks beyond the computed need (the largest batch's rows at max_model_len tokens each): no
+# measured run ever waits for or preempts a block.
+SPARE_BLOCKS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeBenchConfig:
+    profile: str
+    model: str
+    dtype: str
+    batch: int  # steady-decode batch of the main comparison
+    batches: tuple[int, ...]  # host overhead vs batch
+    prompt_len: int
+    warmup_steps: int
+    chunk_steps: int  # steps between two synchronisations when timing
+    chunks: int
+    workload_requests: int
+    workload_rate: float  # Poisson arrivals per second
+    workload_prompt: tuple[int, int]
+    workload_output: tuple[int, int]
+    block_size: int = 16
+
+    def __post_init__(self) -> None:
+        check_choice("RuntimeBenchConfig", "profile", self.profile, PROFILES)
+
+    @classmethod
+    def for_profile(cls, profile: str) -> RuntimeBenchConfig:
+        if profile == "gpu" and has_cuda():
+            return cls(profile, "llama-3.2-1b", "bfloat16", 32, (1, 8, 32), 512, 20, 40, 5,
+                       160, 80.0, (64, 512), (32, 192))
+        if profile == "smoke":
+            return cls(profile, "tiny", "float32", 4, (1, 4), 16, 2, 4, 2, 8, 200.0, (4, 16),
+                       (2, 8), block_size=8)
+        return cls(profile, "tiny", "float32", 8, (1, 4, 8), 64, 5, 20, 3, 48, 100.0, (8, 64),
+                   (8, 32), block_size=8)
+
+    @property
+    def steady_steps(self) -> int:
+        return self.warmup_steps + self.chunk_steps * self.chunks
+
+    @property
+    def max_model_len(self) -> int:
+        return max(self.prompt_len + self.steady_steps + 48,
+                   self.workload_prompt[1] + self.workload_output[1] + 8)
+
+
+def graph_buckets(batches: tuple[int, ...]) -> tuple[int, ...]:
+    """The decode graphs' buckets: the default ones up to the largest batch (the engine's
+    ``max_num_seqs``: no larger bucket is ever used), and every measured batch."""
+    top = max(batches)
+    return tuple(sorted({*(b for b in DEFAULT_BUCKETS if b <= top), *batches}))

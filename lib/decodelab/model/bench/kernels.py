@@ -1,0 +1,66 @@
+"""Where one decode step's device time goes, per kernel: the profiler over a batch-1 graph step
+(table ``paged_model_kernels``), run in a fresh process so that CUPTI stays out of the rest."""
+
+from __future__ import annotations
+
+import torch
+
+from decodelab.model.graphs import DecodeGraphs
+from decodelab.model.kv_cache import PagedKVCache, decode_inputs
+from decodelab.model.llama import PagedLlama
+
+
+def kernel_profile(graphs: DecodeGraphs, cache: PagedKVCache, context: int = 512,
+                   steps: int = 5) -> list[dict]:
+    """Device time per kernel of one graph step at batch 1 (profiler, averaged over steps)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    tables, args = decode_inputs(cache, 1, context)
+    args = (torch.ones_like(args[0]), *args[1:])  # token id 1, as before
+    for _ in range(3):
+        graphs.run(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            graphs.run(*args)
+        torch.cuda.synchronize()
+    cache.pool.free(tables[0])
+    rows = []
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if us > 0:
+            rows.append(dict(kernel=e.key[:120], calls_per_step=e.count / steps,
+                             us_per_step=us / steps, batch=1, context=context))
+    total = sum(r["us_per_step"] for r in rows) or 1.0
+    for r in rows:
+        r["share"] = r["us_per_step"] / total
+    return sorted(rows, key=lambda r: -r["us_per_step"])
+
+
+def _profiled_step(model_name: str, dtype: str, block_size: int, width: int,
+                   context: int, linear_choice: dict) -> list[dict]:
+    """Child-process body of :func:`kernel_profile_isolated`: a batch-1 graph, profiled. Without
+    programmatic dependent launch: overlapped kernels would count their waits as their time."""
+    from decodelab.model.config import named_config
+    from decodelab.model.weights import random_weights
+
+    config = named_config(model_name)
+    weights = random_weights(config, 0, dtype=getattr(torch, dtype), device="cuda")
+    cache = PagedKVCache(config, width + 8, block_size, dtype=getattr(torch, dtype),
+                         device="cuda")
+    model = PagedLlama(config, weights, cache, pdl=False, linear_choice=linear_choice)
+    graphs = DecodeGraphs(model, buckets=(1,), max_blocks_per_seq=width)
+    return kernel_profile(graphs, cache, context)
+
+
+def kernel_profile_isolated(model_name: str, dtype: str, block_size: int, width: int,
+                            linear_choice: dict, context: int = 512) -> list[dict]:
+    """:func:`kernel_profile` in a fresh process, with the matmul kernels ``linear_choice``
+    names (the timed model's, so the profile shows its kernels). A fresh process because the
+    profiler (CUPTI) stays attached to the process that used it and slows every later launch,
+    which would skew the timings of the phases that run after this one."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_profiled_step, (model_name, dtype, block_size, width, context,
+                                           linear_choice))
