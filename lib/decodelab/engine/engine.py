@@ -17,7 +17,9 @@ One :meth:`Engine.step`:
 The host therefore never stalls the device to decide anything: it learns a token one step
 after it was sampled, and a request that stops costs one extra (discarded) decode row.
 Every exit (finished, aborted, failed, an error in the step itself) goes through
-:meth:`Engine._retire`, which frees the request's blocks and slot exactly once.
+:meth:`Engine._retire`, which frees the request's blocks and slot exactly once and sets the
+status before any callback sees the end: a request's stream ends with exactly one finished
+event, whose status is its handle's (a finished request's last token, or an end event).
 
 Steps 2 and 3 are issued by ``runner.ModelRunner``; the token copies and the queue of steps
 not yet processed are ``output.TokenOutput``; this module decides and bookkeeps.
@@ -128,7 +130,8 @@ class Engine:
         return RequestHandle(seq, self)
 
     def abort(self, request_id: str) -> bool:
-        """End a request now (its blocks are freed); False if it is unknown or already done."""
+        """End a request now (its blocks are freed) and True; False if it is unknown or has
+        ended: its final token ends it before that token's callback runs."""
         seq = self.active.get(request_id)
         if seq is None:
             return False
@@ -226,30 +229,27 @@ class Engine:
         seq.t_last_token = now
         self.metrics.tokens_out += 1
         reason = stop_reason(seq, token, self.limits.eos_token_id, self.limits.max_model_len)
-        status = "finished" if reason else seq.status.value
-        event = TokenEvent(seq.request_id, token, len(seq.output) - 1, reason is not None, status,
-                           reason)
-        if not self._deliver(seq, event):
-            return
-        if reason is not None:
+        if reason is not None:  # ended before its callback runs: an abort() from it is refused
             self._retire(seq, Status.FINISHED, reason, notify=False)
+        self._deliver(seq, TokenEvent(seq.request_id, token, len(seq.output) - 1,
+                                      reason is not None, seq.status.value, reason))
 
-    def _deliver(self, seq: Sequence, event: TokenEvent) -> bool:
-        """Stream ``event``; a raising callback fails this request only. False if it failed."""
+    def _deliver(self, seq: Sequence, event: TokenEvent) -> None:
+        """Stream ``event`` to the iterator and the callback. A raising callback fails its
+        request (only), which then ends with a failed event; one that raises once its request
+        has ended changes nothing (its end event is out) and is counted."""
         seq.events.append(event)
         if seq.request.on_token is None:
-            return True
+            return
         try:
             seq.request.on_token(event)
         except Exception as exc:  # noqa: BLE001 - isolate the client's error
-            if not seq.status.done:
-                err = CallbackError(f"on_token raised {type(exc).__name__}: {exc}")
-                err.__cause__ = exc
-                self._fail(seq, err, notify=False)
-            else:
+            if seq.status.done:
                 self.metrics.error("callback_error_at_end")
-            return False
-        return True
+                return
+            err = CallbackError(f"on_token raised {type(exc).__name__}: {exc}")
+            err.__cause__ = exc
+            self._fail(seq, err)
 
     def _release(self, seq: Sequence) -> None:
         """Give back blocks and slot (a preempted sequence keeps its output and waits)."""
@@ -260,9 +260,9 @@ class Engine:
             self.free_slots.append(seq.slot)
             seq.slot = -1
 
-    def _fail(self, seq: Sequence, err: RequestError, *, notify: bool = True) -> None:
+    def _fail(self, seq: Sequence, err: RequestError) -> None:
         """End ``seq`` (only) with ``err`` recorded: its class names the reason."""
-        self._retire(seq, Status.FAILED, err.reason, err, notify=notify)
+        self._retire(seq, Status.FAILED, err.reason, err)
 
     def _retire(self, seq: Sequence, status: Status, reason: str,
                 failure: Exception | None = None, *, notify: bool = True) -> None:

@@ -119,8 +119,9 @@ class Request:
     request_id: str
     prompt: tuple[int, ...]
     params: SamplingParams = field(default_factory=SamplingParams)
-    # on_token(event) is called once per emitted token and once at the end; if it raises,
-    # this request (only) fails with CallbackError.
+    # on_token(event) gets each event the handle's iterator gets: one per token, the last one
+    # marked finished, or an end event (token None) if the request is aborted or fails. If it
+    # raises before the end, this request (only) fails with CallbackError.
     on_token: Callable[[Any], None] | None = None
 
 

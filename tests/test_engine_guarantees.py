@@ -1,0 +1,131 @@
+"""What the engine promises every request (README, "The engine's guarantees"): one end event
+whose status is the handle's, on every path; abort refused once a request has ended; no
+re-entry from callbacks; admission copies and checks what the client could still change;
+every bit of a seed keys its random stream."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from fake_runtime_model import FakeModel
+
+from decodelab.engine.config import EngineConfig
+from decodelab.engine.engine import Engine
+from decodelab.engine.requests import Request, SamplingParams, Status
+from decodelab.engine.stream import RequestHandle, TokenEvent
+
+POISON = 47  # FakeModel's NaN trigger (a valid id of its 48-token vocabulary)
+REENTRY = r"Engine\.step\(\) called from inside a request callback"
+
+
+def fake_engine(**kw) -> Engine:
+    model = FakeModel(num_blocks=64, poison=POISON)
+    return Engine(model, EngineConfig(max_num_seqs=8, max_model_len=64, **kw))
+
+
+def healthy(n: int, seed: int = 0) -> list[Request]:
+    rng = random.Random(seed)
+    return [Request(f"h{i}", tuple(rng.randrange(1, POISON) for _ in range(rng.randint(1, 5))),
+                    SamplingParams(temperature=rng.choice([0.0, 0.8]), seed=i,
+                                   max_new_tokens=rng.randint(3, 10))) for i in range(n)]
+
+
+def tokens_alone(requests: list[Request]) -> dict[str, list[int]]:
+    eng = fake_engine()
+    handles = [eng.submit(r) for r in requests]
+    eng.run()
+    return {h.request_id: h.tokens for h in handles}
+
+
+def assert_one_end(handle: RequestHandle, iterated: list[TokenEvent],
+                   called: list[TokenEvent]) -> None:
+    """The stream ends once, last, with the handle's status; iterator and callback agree."""
+    assert iterated == called
+    assert [ev.finished for ev in iterated] == [False] * (len(iterated) - 1) + [True]
+    end = iterated[-1]
+    assert (end.status, end.reason, end.error) == (handle.status.value, handle.finish_reason,
+                                                   handle.error)
+    assert [ev.token for ev in iterated if ev.token is not None] == handle.tokens
+
+
+def test_abort_from_the_final_tokens_callback_is_refused_and_the_request_ends_once():
+    eng = fake_engine()
+    answers: list[bool] = []
+
+    def cb(ev: TokenEvent) -> None:
+        if ev.index == 3:  # the last of max_new_tokens=4
+            answers.append(eng.abort("a"))
+
+    h = eng.submit(Request("a", (1, 2, 3), SamplingParams(temperature=0.0, max_new_tokens=4),
+                           on_token=cb))
+    eng.run()
+    assert answers == [False] and not h.abort()
+    assert h.status is Status.FINISHED and h.finish_reason == "length"
+    assert [ev.finished for ev in h] == [False, False, False, True]
+    assert eng.metrics.outcomes == Counter(finished=1)
+    assert [r.status for r in eng.metrics.requests] == ["finished"]
+
+
+class Raise(Exception):
+    pass
+
+
+# path -> (the subject's status, its finish reason)
+PATHS = {
+    "finished": ("finished", "length"),
+    "aborted_by_callback": ("aborted", "aborted"),
+    "aborted_by_client": ("aborted", "aborted"),
+    "callback_error": ("failed", "callback_error"),
+    "callback_error_on_the_end": ("finished", "length"),  # raised after its end: too late
+    "non_finite_logits": ("failed", "non_finite_logits"),
+    "step_error": ("failed", "step_error"),
+}
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_every_stream_ends_once_with_the_handles_status(path):
+    eng = fake_engine()
+    called: dict[str, list[TokenEvent]] = {}
+
+    def cb(ev: TokenEvent) -> None:
+        called.setdefault(ev.request_id, []).append(ev)
+        if ev.request_id != "x" or ev.token is None:
+            return
+        if (path == "callback_error" and ev.index == 2
+                or path == "callback_error_on_the_end" and ev.index == 5):
+            raise Raise("client went away")
+        if path == "aborted_by_callback" and ev.index == 2:
+            assert eng.abort("x")
+        if path == "reentry" and ev.index == 1:
+            eng.step()
+
+    if path == "step_error":
+        decode = eng.model.decode
+
+        def flaky(*args):
+            if eng.model.decode_calls == 2:
+                eng.model.decode_calls += 1
+                raise RuntimeError("device fault")
+            return decode(*args)
+
+        eng.model.decode = flaky
+    others = [eng.submit(Request(r.request_id, r.prompt, r.params, on_token=cb))
+              for r in healthy(5)]
+    prompt = (POISON, 1, 2, 3, 4, 5) if path == "non_finite_logits" else (1, 2, 3)
+    h = eng.submit(Request("x", prompt, SamplingParams(temperature=0.8, seed=3,
+                                                       max_new_tokens=6), on_token=cb))
+    iterated = []
+    for ev in h:  # drives the engine
+        iterated.append(ev)
+        if path == "aborted_by_client" and ev.index == 1:
+            assert h.abort()
+    eng.run()
+    assert (h.status.value, h.finish_reason) == PATHS[path]
+    assert_one_end(h, iterated, called["x"])
+    for o in others:
+        assert_one_end(o, list(o), called[o.request_id])
+    assert eng.metrics.errors["callback_error_at_end"] == (path == "callback_error_on_the_end")
+    assert sum(eng.metrics.outcomes.values()) == len(eng.metrics.requests) == 6
+    assert eng.pool.num_free == eng.pool.num_total and not eng.active
