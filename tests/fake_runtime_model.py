@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from decodelab.model.block_pool import BlockPool
+from decodelab.model.kv_cache import slots_for
 
 _HASH_MOD = 1_000_003  # a prime: the context hash reduced mod it spreads over the table rows
 
@@ -81,7 +82,7 @@ class FakeModel:
         bs = self.cache.block_size
         rows = []
         for toks, bt in zip(token_ids, block_tables, strict=True):
-            slots = torch.tensor([bt[p // bs] * bs + p % bs for p in range(len(toks))])
+            slots = torch.tensor(slots_for(bt, 0, len(toks), bs))
             self.cache.write(slots, torch.tensor(toks))
             rows.append(self._logits(torch.tensor([toks]), torch.tensor([len(toks)])))
         return torch.cat(rows)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 import torch
 
 from decodelab.core.validate import ConfigError
 from decodelab.model.config import ModelConfig, named_config, rope_inv_freq
-from decodelab.model.kv_cache import PagedKVCache, slots_for
+from decodelab.model.kv_cache import PagedKVCache, slots_at, slots_for
 from decodelab.model.llama import PagedLlama, greedy_generate
 from decodelab.model.weights import from_state_dict, load_checkpoint, random_state_dict
 
@@ -156,3 +157,13 @@ def test_qwen2_style_checkpoint_with_qkv_bias(tmp_path):
                       pad_token_id=0)
     assert tokens[0] == out.sequences[0, len(PROMPTS[0]):].tolist()
     assert rel_err(logits[0], torch.stack([s[0] for s in out.logits])) < LOGIT_RTOL
+
+
+def test_slots_at_is_slots_for_on_tensors_and_on_host_arrays():
+    tables = [[3, 0, 7], [5, 2, 1]]
+    pos = [37, 16]
+    want = [slots_for(t, p, p + 1, 16)[0] for t, p in zip(tables, pos, strict=True)]
+    on_device = slots_at(torch.tensor(tables, dtype=torch.int32), torch.tensor(pos), 16)
+    on_host = slots_at(np.array(tables, dtype=np.int32), np.array(pos), 16)
+    assert on_device.dtype == torch.int64 and on_device.tolist() == want
+    assert on_host.dtype == np.int64 and on_host.tolist() == want

@@ -32,6 +32,7 @@ from decodelab.engine.sampler import (
     row_uniforms,
     seed_keys,
 )
+from decodelab.model.kv_cache import slots_at
 
 U_WINDOW = 64  # uniforms precomputed per slot
 
@@ -166,7 +167,6 @@ class StaticBatch:
         self.slot_u = np.zeros((n, U_WINDOW), dtype=np.float32)
         self.slot_ubase = np.full(n, -2 * U_WINDOW, dtype=np.int64)  # stale: no window yet
         self._flip = 0
-        self._arange = np.arange(max_rows)
         self._views_of: dict[int, StepInputs] = {}  # bucket -> the static views (fixed)
         self._modes: dict[tuple[bytes, int, int], SamplerMode] = {}  # reset at each assign
 
@@ -227,7 +227,7 @@ class StaticBatch:
         pos = self.slot_prompt[slots] + launched - 1
         pos[n:] = 0
         bt = self.slot_bt[slots]  # (bucket, max_blocks)
-        mapping = bt[self._arange[:bucket], pos // bs].astype(np.int64) * bs + pos % bs
+        mapping = slots_at(bt, pos, bs)
         mapping[n:] = -1  # padding rows write nothing
         hi[Int.SLOT, :bucket], hi[Int.POSITION, :bucket] = slots, pos
         hi[Int.SLOT_MAPPING, :bucket], hi[Int.CONTEXT_LEN, :bucket] = mapping, pos + 1

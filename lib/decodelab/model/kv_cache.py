@@ -16,7 +16,7 @@ Interface (stable):
     cache.pool                       # the BlockPool of these blocks (torch-free allocator)
     cache.write(layer, k, v, slot_mapping)      # k, v: (T, Hkv, D); slot -1 = write nothing
     slots_for(block_table, start, end) -> list[int]   # slots of positions start .. end-1
-    slots_at(block_tables, positions, block_size)     # the same on device tensors, one per row
+    slots_at(block_tables, positions, block_size)     # the same on tensors or arrays, one per row
     decode_inputs(cache, batch, context) -> (tables, decode arguments)   # B fresh sequences
     cache.block_table_tensor(tables, width) -> (B, width) int32, padded with the scratch block
     cache.capacity_tokens, cache.nbytes, PagedKVCache.blocks_for_memory(config, ...)
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from decodelab.core.validate import ConfigError, check_int
@@ -41,11 +42,16 @@ def slots_for(block_table: Sequence[int], start: int, end: int, block_size: int)
     return [block_table[p // block_size] * block_size + p % block_size for p in range(start, end)]
 
 
-def slots_at(block_tables: torch.Tensor, positions: torch.Tensor, block_size: int
-             ) -> torch.Tensor:
-    """(B,) int64 cache slots of ``positions[b]`` in row ``b`` of ``block_tables`` (B, width)."""
-    rows = torch.arange(block_tables.shape[0], device=block_tables.device)
-    return block_tables[rows, positions // block_size].long() * block_size + positions % block_size
+def slots_at(block_tables, positions, block_size: int):
+    """(B,) int64 cache slots of ``positions[b]`` in row ``b`` of ``block_tables`` (B, width):
+    torch tensors (on their device) or numpy arrays (the engine's pinned host mirror)."""
+    if isinstance(block_tables, np.ndarray):
+        blocks = block_tables[np.arange(len(block_tables)), positions // block_size]
+        blocks = blocks.astype(np.int64)
+    else:
+        rows = torch.arange(block_tables.shape[0], device=block_tables.device)
+        blocks = block_tables[rows, positions // block_size].long()
+    return blocks * block_size + positions % block_size
 
 
 class PagedKVCache:

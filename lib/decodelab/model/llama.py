@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from decodelab.core.validate import ConfigError, check_choice
 from decodelab.model.attention import paged_decode_attention_ref, prefill_attention
 from decodelab.model.config import ModelConfig, rope_inv_freq
-from decodelab.model.kv_cache import PagedKVCache, slots_for
+from decodelab.model.kv_cache import PagedKVCache, slots_at, slots_for
 from decodelab.model.weights import Weights
 
 
@@ -247,12 +247,11 @@ def greedy_generate(model: PagedLlama, prompts: Sequence[Sequence[int]], max_new
             tables.append(pool.allocate(pool.blocks_needed(len(p) + max_new_tokens)))
         logits = model.prefill(prompts, tables)
         bt = cache.block_table_tensor(tables)
-        rows = torch.arange(len(prompts), device=model.device)
         pos = torch.tensor([len(p) for p in prompts], dtype=torch.int64, device=model.device)
         steps = [logits]
         fed = None if forced is None else torch.tensor(forced, device=model.device)
         for i in range(max_new_tokens - 1):
-            slots = bt[rows, pos // bs].long() * bs + pos % bs
+            slots = slots_at(bt, pos, bs)
             tokens = logits.argmax(-1) if fed is None else fed[:, i]
             logits = step(tokens, pos, slots, bt, (pos + 1).int()).clone()
             steps.append(logits)
