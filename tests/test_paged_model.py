@@ -11,7 +11,7 @@ import torch
 
 from decodelab.core.validate import ConfigError
 from decodelab.model.config import ModelConfig, named_config, rope_inv_freq
-from decodelab.model.kv_cache import PagedKVCache, slots_at, slots_for
+from decodelab.model.kv_cache import PagedKVCache, decode_inputs, slots_at, slots_for
 from decodelab.model.llama import PagedLlama, greedy_generate
 from decodelab.model.weights import from_state_dict, load_checkpoint, random_state_dict
 
@@ -167,3 +167,11 @@ def test_slots_at_is_slots_for_on_tensors_and_on_host_arrays():
     on_host = slots_at(np.array(tables, dtype=np.int32), np.array(pos), 16)
     assert on_device.dtype == torch.int64 and on_device.tolist() == want
     assert on_host.dtype == np.int64 and on_host.tolist() == want
+
+
+def test_decode_inputs_pads_tables_to_the_width_asked():
+    cache = PagedKVCache(named_config("tiny"), 16, block_size=8)
+    tables, (ids, pos, slots, bt, lens) = decode_inputs(cache, 2, 20, width=5)
+    assert bt.shape == (2, 5) and (bt[:, 3:] == cache.scratch_block).all()
+    assert pos.tolist() == [19, 19] and lens.tolist() == [20, 20] and ids.shape == (2,)
+    assert slots.tolist() == [slots_for(t, 19, 20, 8)[0] for t in tables]

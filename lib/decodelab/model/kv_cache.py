@@ -17,7 +17,7 @@ Interface (stable):
     cache.write(layer, k, v, slot_mapping)      # k, v: (T, Hkv, D); slot -1 = write nothing
     slots_for(block_table, start, end) -> list[int]   # slots of positions start .. end-1
     slots_at(block_tables, positions, block_size)     # the same on tensors or arrays, one per row
-    decode_inputs(cache, batch, context) -> (tables, decode arguments)   # B fresh sequences
+    decode_inputs(cache, batch, context, gen, width=) -> (tables, decode args)  # B fresh rows
     cache.block_table_tensor(tables, width) -> (B, width) int32, padded with the scratch block
     cache.capacity_tokens, cache.nbytes, PagedKVCache.blocks_for_memory(config, ...)
 """
@@ -126,12 +126,13 @@ class PagedKVCache:
 
 
 def decode_inputs(cache: PagedKVCache, batch: int, context: int,
-                  gen: torch.Generator | None = None):
+                  gen: torch.Generator | None = None, *, width: int | None = None):
     """B sequences with ``context`` tokens each (the last one new this step): static tensors.
     Returns (block tables to free, decode arguments). ``gen``, a seeded CPU generator, draws the
-    token ids (processes that must feed the same ids pass equally seeded generators)."""
+    token ids (processes that must feed the same ids pass equally seeded generators); ``width``
+    pads the block tables to that many blocks (default: the blocks ``context`` needs)."""
     tables = [cache.pool.allocate(cache.pool.blocks_needed(context)) for _ in range(batch)]
-    bt = cache.block_table_tensor(tables)
+    bt = cache.block_table_tensor(tables, width)
     pos = torch.full((batch,), context - 1, dtype=torch.int64, device=cache.device)
     slots = slots_at(bt, pos, cache.block_size)
     if gen is None:

@@ -16,6 +16,7 @@ from decodelab.engine.engine import Engine
 from decodelab.engine.metrics import StepRecord
 from decodelab.engine.requests import Request, SamplingParams
 from decodelab.model.block_pool import blocks_needed
+from decodelab.model.kv_cache import decode_inputs
 
 NAN = float("nan")
 # Tokens each steady request may produce beyond the counted steps: count_ops profiles 5 more
@@ -108,14 +109,8 @@ def time_bare_forward(model, graphs, batch: int, context: int, cfg, *, ops: bool
                       ) -> RunResult:
     """The forward step alone (graph replay with its input copies, or eager decode)."""
     cache, dev = model.cache, torch.device(model.device)
-    bs = cache.block_size
-    tables = [cache.pool.allocate(cache.pool.blocks_needed(context)) for _ in range(batch)]
-    bt = cache.block_table_tensor(tables, width=blocks_needed(cfg.max_model_len, bs))
-    pos = torch.full((batch,), context - 1, dtype=torch.int64, device=dev)
-    rows = torch.arange(batch, device=dev)
-    slots = bt[rows, pos // bs].long() * bs + pos % bs
-    ids = torch.randint(0, model.config.vocab_size, (batch,), device=dev)
-    args = (ids, pos, slots, bt, (pos + 1).int())
+    width = blocks_needed(cfg.max_model_len, cache.block_size)
+    tables, args = decode_inputs(cache, batch, context, width=width)
     fn = (lambda: graphs.run(*args)) if graphs is not None else (lambda: model.decode(*args))
     walls, hosts = [], []
     for _ in range(cfg.warmup_steps):
