@@ -92,7 +92,7 @@ if pm is not None:
     display(Markdown(nb.step_prose(pm, params.batch, params.context)))
     display(show_table(view, {
         "origin": "source", "mode": "mode", "batch": "batch", "context": "context",
-        "ms_per_token": "step (ms)", "floor_ms": "memory floor (ms)",
+        "ms_per_step": "step (ms)", "floor_ms": "memory floor (ms)",
         "above_floor_ms": "above the floor (ms)", "roofline_fraction": "of roofline",
         "achieved_gb_s": "achieved (GB/s)", "tokens_per_s": "tokens/s"}))
 
@@ -130,7 +130,7 @@ if pm is not None:
     if not compiled.empty:
         display(show_table(compiled, {
             "origin": "source", "model": "model", "batch": "batch", "context": "context",
-            "ms_per_token": "ours, graph (ms)", "compile_static_ms": "compile_static (ms)",
+            "ms_per_step": "ours, graph (ms)", "compile_static_ms": "compile_static (ms)",
             "speedup": "compile_static / ours", "compile_s": "its compilation (s)"}))
     display(Markdown(nb.compiled_prose(compiled, nb.table_edits("paged_model"))))
 
@@ -152,7 +152,7 @@ if pm is not None:
     if not effect.empty:
         display(show_table(effect, {
             "origin": "source", "model": "model", "batch": "batch", "context": "context",
-            "graph_no_pdl_ms": "without PDL (ms)", "ms_per_token": "with PDL (ms)",
+            "graph_no_pdl_ms": "without PDL (ms)", "ms_per_step": "with PDL (ms)",
             "pdl": "PDL used", "saved_us": "saved (µs)", "roofline_before": "of roofline, without",
             "roofline_after": "of roofline, with"}))
     display(Markdown(nb.boundary_prose(effect)))

@@ -125,7 +125,7 @@ if "tp" in tables:
     dec = analysis.decomposition(tp)
     display(show_table(dec[dec["tp"] > 1], {
         "origin": "source", "model": "model", "mode": "mode", "batch": "batch", "tp": "TP",
-        "ms_per_token": "step (ms)", "compute_ms": "compute (ms)", "comm_ms": "T_comm (ms)",
+        "ms_per_step": "step (ms)", "compute_ms": "compute (ms)", "comm_ms": "T_comm (ms)",
         "comm_alone_ms": "collectives alone (ms)", "comm_share": "T_comm share"}))
 
 # %% [markdown]

@@ -21,7 +21,7 @@ BARRIERS, BARRIER_US = 5, 0.02
 # Paged model, graph mode, context 512: batch -> (wall, device span) in ms; kernels at batch 1.
 MODEL = {1: (2.0, 1.99), 32: (2.5, 2.49)}
 KERNELS_US = (1500.0, 450.0)
-COPY_GB_S, HF_MS = 1000.0, 20.0  # copy bandwidth of the run; transformers' ms per token
+COPY_GB_S, HF_MS = 1000.0, 20.0  # copy bandwidth of the run; transformers' ms per step
 
 
 def model_bytes(batch: int, context: int) -> float:
@@ -69,7 +69,7 @@ def tables(busy_graph: float = BUSY) -> dict[str, pd.DataFrame]:
                                    ("block_v2", 64, math.nan), ("grid_v2", 64, 0.05))]
     for row in persistent:  # a failed variant is recorded untimed; one timed but not validated
         row["validated"] = row["variant"] not in ("block_v2", "grid_v2")
-    model = [{"model": "llama-3.2-1b", "mode": m, "batch": b, "context": c, "ms_per_token": wall,
+    model = [{"model": "llama-3.2-1b", "mode": m, "batch": b, "context": c, "ms_per_step": wall,
               "device_ms_per_step": span, "tokens_per_s": b / wall * 1e3,
               "bytes_per_step": model_bytes(b, c), "copy_gb_s": COPY_GB_S,
               "roofline_fraction": model_bytes(b, c) / (COPY_GB_S * 1e9) / (wall * 1e-3)}
@@ -82,7 +82,7 @@ def tables(busy_graph: float = BUSY) -> dict[str, pd.DataFrame]:
                 "wall_max_us": us + 5}
                for v, us in (("bare_forward", 2500.0), ("engine", 2700.0), ("no_graphs", 6000.0))]
     tp = [{"model": "llama-3.2-1b", "mode": m, "batch": 1, "context": 512, "tp": n,
-           "ms_per_token": wall, "device_ms_per_step": span, "comm_ms": comm}
+           "ms_per_step": wall, "device_ms_per_step": span, "comm_ms": comm}
           for m, n, wall, span, comm in (("graph", 1, 2.0, 1.99, math.nan),
                                          ("graph", 2, TP_WALL, TP_SPAN, TP_COMM),
                                          ("eager", 2, 9.0, 8.9, 3.0))]

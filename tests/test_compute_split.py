@@ -51,7 +51,7 @@ def _model(kernels: dict[str, float]) -> dict[str, pd.DataFrame]:
     total = WEIGHT_BYTES + KV_BYTES
     pm = pd.DataFrame([{"origin": ORIGIN, "device": "h200", "model": "llama-3.2-1b",
                         "dtype": "bfloat16", "mode": mode, "batch": 1, "context": 512,
-                        "ms_per_token": wall, "device_ms_per_step": span,
+                        "ms_per_step": wall, "device_ms_per_step": span,
                         "bytes_per_step": total, "copy_gb_s": MODEL_GB_S}
                        for mode, wall, span in (("graph", 3.0, 2.95), ("eager", 10.0, 9.9))])
     ks = pd.DataFrame([{"origin": ORIGIN, "device": "h200", "kernel": k, "us_per_step": us,
@@ -196,7 +196,7 @@ def test_verdict_reads_the_same_step_launched_serially():
     splits = list(by.values())
     assert "Before programmatic" not in transformer_verdict(splits, regimes)
     pm = tables.frames["paged_model"]
-    serial = pm[pm["mode"] == "graph"].assign(mode="graph_no_pdl", ms_per_token=3.5)
+    serial = pm[pm["mode"] == "graph"].assign(mode="graph_no_pdl", ms_per_step=3.5)
     frames = {**tables.frames, "paged_model": pd.concat([pm, serial], ignore_index=True)}
     serial_us = serial_transformer_us(Tables(frames, ORIGIN), Headline())
     assert serial_us == pytest.approx(3500.0)

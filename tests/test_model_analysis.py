@@ -26,7 +26,7 @@ def _pm() -> pd.DataFrame:
             ("hf_dynamic", 1, 64, 50.0, math.nan), ("hf_static", 1, 64, 100.0, math.nan)):
         nbytes = (1.0 + 0.4 * (context == 256)) * GB * (1 + (batch == 8))
         rows.append(dict(origin="reference/h200", model="tiny", dtype="float32", mode=mode,
-                         batch=batch, context=context, ms_per_token=ms,
+                         batch=batch, context=context, ms_per_step=ms,
                          device_ms_per_step=span, tokens_per_s=batch / ms * 1e3,
                          bytes_per_step=nbytes, copy_gb_s=COPY_GB_S,
                          roofline_fraction=nbytes / (COPY_GB_S * GB) / (ms * 1e-3),
@@ -176,7 +176,7 @@ def _with_modes() -> pd.DataFrame:
                                      ("compile_static", 8, 64, 50.0)):
         row = pm[(pm["mode"] == "graph") & (pm["batch"] == batch)
                  & (pm["context"] == context)].iloc[0].copy()
-        row["mode"], row["ms_per_token"] = mode, ms
+        row["mode"], row["ms_per_step"] = mode, ms
         row["compile_s"] = 60.0 if mode == "compile_static" else math.nan
         extra.append(row)
     return pd.concat([pm, pd.DataFrame(extra)], ignore_index=True)
@@ -204,7 +204,7 @@ def test_boundary_effect_reads_a_step_beyond_the_pdl_rows_as_spread():
     pm = _with_modes()
     big = pm[(pm["batch"] == 8) & (pm["context"] == 256)
              & pm["mode"].isin(["graph", "graph_no_pdl"])].copy()
-    big["batch"], big["ms_per_token"] = MAX_ROWS + 1, [70.0, 70.03]
+    big["batch"], big["ms_per_step"] = MAX_ROWS + 1, [70.0, 70.03]
     effect = analysis.boundary_effect(pd.concat([pm, big], ignore_index=True))
     assert list(effect["pdl"]) == [True, True, False]
     text = nb.boundary_prose(effect)

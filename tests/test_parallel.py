@@ -128,7 +128,7 @@ def test_bench_tp_under_torchrun_on_cpu(tmp_path):
     two = tp[tp["tp"] == 2]
     assert (two["max_rel_err_vs_tp1"] < 1e-5).all() and two["tokens_equal_tp1"].all()
     assert (two["all_reduces_per_step"] == 2 * 3 + 1).all()  # tiny: 3 layers
-    assert (tp["ms_per_token"] > 0).all()
+    assert (tp["ms_per_step"] > 0).all()
     coll = pd.read_csv(tmp_path / "tp_collectives.csv")
     assert (coll["ranks"] == 2).all() and (coll["busbw_gb_s"] > 0).all()
 

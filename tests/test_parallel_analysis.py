@@ -27,11 +27,11 @@ def tp_table() -> pd.DataFrame:
     for model, (one, compute, comm) in STEPS.items():
         for i, b in enumerate(BATCHES):
             rows.append(dict(origin="reference/x", model=model, mode="graph", batch=b, tp=1,
-                             ms_per_token=one[i], ms_no_comm=math.nan, comm_ms=math.nan,
+                             ms_per_step=one[i], ms_no_comm=math.nan, comm_ms=math.nan,
                              ms_comm_alone=math.nan, all_reduces_per_step=0,
                              all_reduce_bytes=0, all_gather_bytes=0))
             rows.append(dict(origin="reference/x", model=model, mode="graph", batch=b, tp=2,
-                             ms_per_token=compute[i] + comm[i], ms_no_comm=compute[i],
+                             ms_per_step=compute[i] + comm[i], ms_no_comm=compute[i],
                              comm_ms=comm[i], ms_comm_alone=comm[i] * 1.2,
                              all_reduces_per_step=9, all_reduce_bytes=b * 64,
                              all_gather_bytes=b * 256))
@@ -59,9 +59,9 @@ def test_crossover_is_the_batch_from_which_tp_stays_faster():
 def test_decomposition_adds_up_and_tp1_has_no_comm():
     d = analysis.decomposition(tp_table())
     many = d[d["tp"] == 2]
-    assert (many["compute_ms"] + many["comm_ms"] - many["ms_per_token"]).abs().max() < 1e-12
+    assert (many["compute_ms"] + many["comm_ms"] - many["ms_per_step"]).abs().max() < 1e-12
     one = d[d["tp"] == 1]
-    assert (one["comm_ms"] == 0).all() and (one["compute_ms"] == one["ms_per_token"]).all()
+    assert (one["comm_ms"] == 0).all() and (one["compute_ms"] == one["ms_per_step"]).all()
     per = analysis.per_collective_us(tp_table()).set_index(["model", "batch"])
     assert per.loc[("big", 1), "in_step_us"] == pytest.approx(0.5e3 / 10)
 
@@ -132,7 +132,7 @@ def test_profile_prose_names_kernel_and_host_time_per_rank():
 def test_a_speedup_within_the_margin_is_a_tie_not_a_win():
     tp = tp_table()
     one = (tp["model"] == "big") & (tp["tp"] == 1)
-    tp.loc[one, "ms_per_token"] = [2.52, 2.61, 4.4, 5.0]  # ties at batches 1 and 2
+    tp.loc[one, "ms_per_step"] = [2.52, 2.61, 4.4, 5.0]  # ties at batches 1 and 2
     c = analysis.crossover(tp, margin=0.025).set_index("model")
     assert c.loc["big", "pays_off_from"] == 4
     assert c.loc["big", "ties"] == [1, 2]

@@ -1,17 +1,19 @@
 """The result rows of the model, engine and tensor-parallel benches have exactly the columns,
 in the same order, of the committed reference tables: one row of each type is built through
 its own constructor, written with ``write_table``, and its CSV header compared with the
-reference CSV's. A field added, dropped, renamed or moved fails here."""
+reference CSV's (under today's names: ``results.RENAMED_COLUMNS``). A field added, dropped,
+renamed or moved fails here."""
 
 from __future__ import annotations
 
 import csv
 from dataclasses import fields
 
+import pandas as pd
 import pytest
 
 from decodelab.core import paths
-from decodelab.core.results import write_table
+from decodelab.core.results import RENAMED_COLUMNS, load_table, write_table
 from decodelab.engine.bench.rows import (
     BatchRow,
     ErrorRow,
@@ -79,7 +81,8 @@ def test_row_fields_match_the_reference_header(folder, name, tmp_path):
     reference = paths.repo_root() / "data" / "reference" / folder / f"{name}.csv"
     if not reference.exists():
         pytest.skip(f"{reference.name}: no reference measured yet")
-    want = _header(reference)
+    renamed = RENAMED_COLUMNS.get(name, {})
+    want = [renamed.get(c, c) for c in _header(reference)]
     row = CASES[folder][name]
     assert want[:2] == ["device", "torch_version"]
     assert [f.name for f in fields(row)] == want[2:], f"{type(row).__name__} vs {reference}"
@@ -93,3 +96,31 @@ def test_every_reference_table_of_these_phases_has_a_row_type():
         stored = {p.stem for p in (paths.repo_root() / "data" / "reference" / folder).glob("*.csv")
                   if p.stem.startswith(prefixes)}
         assert stored <= set(CASES[folder]), folder
+
+
+@pytest.mark.parametrize(("folder", "name"), [("h200", "paged_model"), ("h200x2", "tp")])
+def test_step_time_is_ms_per_step_in_the_shipped_and_in_a_new_table(folder, name, tmp_path):
+    """The shipped tables (written as ``ms_per_token``, their bytes and hash untouched) load
+    with ``ms_per_step``, as a new run writes it, and the two merge into one table."""
+    reference = paths.repo_root() / "data" / "reference"
+    if not (reference / folder / f"{name}.csv").exists():
+        pytest.skip(f"{name}: no reference measured yet")
+    written = write_table(name, [CASES[folder][name]], out_dir=tmp_path)
+    assert "ms_per_step" in _header(written) and "ms_per_token" not in _header(written)
+    merged = load_table(name, reference=reference, local=tmp_path)
+    assert "ms_per_step" in merged and "ms_per_token" not in merged
+    shipped = merged[merged["origin"] == f"reference/{folder}"]
+    assert len(shipped) > 0 and (shipped["ms_per_step"] > 0).all()
+    assert list(merged.loc[merged["origin"] == "local", "ms_per_step"]) == [
+        CASES[folder][name].ms_per_step]
+
+
+def test_a_renamed_column_loads_under_its_new_name(tmp_path):
+    """A table written before a rename (here ``tp`` with ``ms_per_token``) loads with the new
+    name, checked against its sidecar as written, and merges with a table of the new layout."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    write_table("tp", pd.DataFrame({"batch": [1], "ms_per_token": [2.5]}), out_dir=old / "h200x2")
+    write_table("tp", pd.DataFrame({"batch": [8], "ms_per_step": [3.0]}), out_dir=new)
+    merged = load_table("tp", reference=old, local=new)
+    assert list(merged["ms_per_step"]) == [2.5, 3.0] and "ms_per_token" not in merged
+    assert "ms_per_token" in _header(old / "h200x2" / "tp.csv")  # the file itself unchanged

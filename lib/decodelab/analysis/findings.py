@@ -69,7 +69,7 @@ def persistent_rate(tables: Tables, regimes: Sequence[Regime], h: Headline) -> F
 
 
 def _paged_model(tables: Tables) -> pd.DataFrame:
-    return tables.frame("paged_model", ["mode", "batch", "context", "ms_per_token",
+    return tables.frame("paged_model", ["mode", "batch", "context", "ms_per_step",
                                         "bytes_per_step", "copy_gb_s", "roofline_fraction"])
 
 
@@ -86,10 +86,10 @@ def roofline(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
     _, src = tables.one("paged_model", {"mode": "graph", "batch": h.model_batch,
                                         "context": h.context})
     return Finding(f"The real-shaped decode step ({g.get('model', 'paged model')}, batch "
-                   f"{h.model_batch}, context {h.context}) takes {g['ms_per_token']:.3g} ms "
+                   f"{h.model_batch}, context {h.context}) takes {g['ms_per_step']:.3g} ms "
                    f"graph-captured, {g['roofline_fraction']:.0%} of the HBM roofline (its "
                    f"bytes need {float(floor_ms(g)):.3g} ms at the measured copy bandwidth); "
-                   f"eager it takes {e['ms_per_token'] / g['ms_per_token']:.1f}x longer.",
+                   f"eager it takes {e['ms_per_step'] / g['ms_per_step']:.1f}x longer.",
                    f"{g['roofline_fraction']:.0%} of roofline", src)
 
 

@@ -186,7 +186,7 @@ def persistent(tables: Tables, h: Headline) -> Regime:
         f"{h.toy_config}, {best['variant']}")
 
 
-_MODEL_COLS = ["ms_per_token", "device_ms_per_step"]
+_MODEL_COLS = ["ms_per_step", "device_ms_per_step"]
 
 
 def _model_row(tables: Tables, batch: int, context: int) -> tuple[pd.Series, str]:
@@ -200,10 +200,10 @@ def serial_transformer_us(tables: Tables, h: Headline) -> float:
     NaN where the tables hold no such row (PDL needs sm_90+)."""
     where = {"mode": SERIAL, "batch": h.model_batch, "context": h.context}
     try:
-        row, _ = tables.one("paged_model", where, ["ms_per_token"])
+        row, _ = tables.one("paged_model", where, ["ms_per_step"])
     except MissingData:
         return NAN
-    return _us(row, "ms_per_token")
+    return _us(row, "ms_per_step")
 
 
 def _kernel_busy(tables: Tables, batch: int, context: int) -> tuple[float, str]:
@@ -217,7 +217,7 @@ def _forward_terms(tables: Tables, batch: int, context: int) -> tuple[float, lis
     """The graph-captured forward of phase 4a: replay = wall - device span; node = device span -
     summed kernel time (when profiled at this shape); compute = the rest."""
     row, src = _model_row(tables, batch, context)
-    wall, span = _us(row, "ms_per_token"), _us(row, "device_ms_per_step")
+    wall, span = _us(row, "ms_per_step"), _us(row, "device_ms_per_step")
     terms = [Term("replay", wall - span, NAN, NAN, src,
                   "wall - device span (CUDA events): graph launch and input copies")]
     try:
@@ -249,7 +249,7 @@ def transformer(tables: Tables, h: Headline) -> Regime:
 def transformer_eager(tables: Tables, h: Headline) -> Regime:
     where = {"mode": "eager", "batch": h.model_batch, "context": h.context}
     row, src = tables.one("paged_model", where, _MODEL_COLS)
-    wall = _us(row, "ms_per_token")
+    wall = _us(row, "ms_per_step")
     graph_row, graph_src = _model_row(tables, h.model_batch, h.context)
     span = _us(graph_row, "device_ms_per_step")
     return Regime("transformer decode, eager", wall, NAN, NAN, src, (

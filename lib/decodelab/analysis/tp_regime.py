@@ -36,7 +36,7 @@ def tp_model(tables: Tables, h: Headline) -> str:
 def tensor_parallel(tables: Tables, h: Headline) -> Regime:
     model = tp_model(tables, h)
     where = {"mode": "graph", "model": model, "batch": h.model_batch, "context": h.context}
-    frame, _ = tables.rows("tp", where, ["tp", "ms_per_token", "device_ms_per_step", "comm_ms"])
+    frame, _ = tables.rows("tp", where, ["tp", "ms_per_step", "device_ms_per_step", "comm_ms"])
     frame = frame[frame["tp"] > 1]
     if "device" in frame.columns:
         frame = frame[frame["device"].astype(str) != "cpu"]
@@ -46,7 +46,7 @@ def tensor_parallel(tables: Tables, h: Headline) -> Regime:
     n = int(row["tp"])
     origin = str(row.get("origin", tables.origin))
     src = selector_of("tp", origin, {**where, "tp": n})
-    wall, span = float(row["ms_per_token"]) * 1e3, float(row["device_ms_per_step"]) * 1e3
+    wall, span = float(row["ms_per_step"]) * 1e3, float(row["device_ms_per_step"]) * 1e3
     comm = float(row["comm_ms"]) * 1e3
     replay = wall - span if math.isfinite(span) else 0.0
     return Regime("tensor parallel", wall, NAN, NAN, src, (

@@ -2,10 +2,8 @@
 
 A table ``NAME`` is stored as ``NAME.csv`` plus ``NAME.meta.json`` (device, software, commit,
 date, profile, the config that produced it, the column list, the CSV's row count and SHA-256).
-The pair is crash-safe: each file is written atomically (temporary file, fsync, rename), the
-new CSV first under ``NAME.csv.new``, then the sidecar, which commits the pair, then the CSV
-is renamed into place. A crash at any point leaves the old pair, or the new sidecar with its
-CSV still at ``NAME.csv.new``, which loading takes (and puts in place); never a mix.
+The pair is written crash-safe and safe beside other writers and readers (a lock per folder,
+the sidecar's rename as the commit): :mod:`decodelab.core.table_io` says how.
 
 Loading merges the shipped reference results (``data/reference/<device>/NAME.csv``) and this
 machine's runs (``data/local/NAME.csv``), labels each row's ``origin``, and checks each file
@@ -17,63 +15,27 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import io
-import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from decodelab.core import paths
+from decodelab.core import paths, table_io
+from decodelab.core.table_io import (
+    META_SUFFIX,
+    DamagedResultError,
+    read_meta,  # noqa: F401 - part of this module's interface
+    sha256,
+)
+from decodelab.core.table_io import atomic_write as _atomic_write  # noqa: F401 - for report.py
 
 ORIGIN = "origin"
-META_SUFFIX = ".meta.json"
-PENDING_SUFFIX = ".new"  # the new CSV between its write and the sidecar's commit
 
 
 class SchemaMismatchError(ValueError):
     """Two files of one table disagree on their columns."""
-
-
-class DamagedResultError(ValueError):
-    """A result file that does not match its sidecar, or a sidecar that cannot be read."""
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a rename durable (where the platform can open a folder)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _plain(obj: Any) -> Any:
@@ -127,41 +89,8 @@ def write_table(name: str, rows: pd.DataFrame | Iterable[Any], *, out_dir: Path 
         "device": _plain(info),
         "config": _plain(config),
     }
-    pending = _pending(csv_path)
-    _atomic_write(pending, data)
-    _atomic_write(_meta_path(csv_path), json.dumps(meta, indent=2).encode())  # the commit
-    os.replace(pending, csv_path)
-    _fsync_dir(out)
+    table_io.commit(csv_path, data, meta)
     return csv_path
-
-
-def _meta_path(csv_path: Path) -> Path:
-    return csv_path.with_name(csv_path.name.removesuffix(".csv") + META_SUFFIX)
-
-
-def _pending(csv_path: Path) -> Path:
-    return csv_path.with_name(csv_path.name + PENDING_SUFFIX)
-
-
-def read_meta(csv_path: Path | str) -> dict[str, Any]:
-    """The sidecar of ``csv_path``, checked to be a JSON object with a column list."""
-    path = Path(csv_path)
-    meta_path = _meta_path(path)
-    if not meta_path.exists():
-        raise FileNotFoundError(f"{path}: metadata sidecar {meta_path.name} is missing")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DamagedResultError(f"{meta_path}: not valid JSON ({exc}); the sidecar is damaged "
-                                 "or was cut short") from None
-    if not isinstance(meta, dict):
-        raise DamagedResultError(f"{meta_path}: holds a {type(meta).__name__}, must be a JSON "
-                                 "object")
-    cols = meta.get("columns")
-    if not isinstance(cols, list) or not all(isinstance(c, str) for c in cols):
-        raise DamagedResultError(f"{meta_path}: 'columns' is {cols!r}, must be a list of column "
-                                 "names")
-    return meta
 
 
 def table_files(name: str, *, reference: Path | None = None, local: Path | None = None
@@ -178,31 +107,8 @@ def table_files(name: str, *, reference: Path | None = None, local: Path | None 
     return found
 
 
-def _committed_csv(path: Path, meta: dict[str, Any]) -> bytes:
-    """The CSV bytes the sidecar commits: ``path``, or the pending new CSV of an interrupted
-    write (then renamed into place). Checked against the recorded hash where there is one."""
-    want = meta.get("sha256")
-    pending = _pending(path)
-    data = path.read_bytes() if path.exists() else None
-    if want is None:  # written before hashes were recorded
-        if data is None:
-            raise FileNotFoundError(f"{path}: missing (its sidecar exists)")
-        return data
-    if data is not None and sha256(data) == want:
-        return data
-    if pending.exists() and sha256(pending.read_bytes()) == want:
-        os.replace(pending, path)
-        return path.read_bytes()
-    if data is None:
-        raise FileNotFoundError(f"{path}: missing (its sidecar exists)")
-    raise DamagedResultError(f"{path}: its content does not match its sidecar (SHA-256 "
-                             f"{sha256(data)[:12]}..., recorded {str(want)[:12]}...): the file "
-                             "was changed, damaged or cut short")
-
-
 def _read_checked(path: Path) -> pd.DataFrame:
-    meta = read_meta(path)
-    data = _committed_csv(path, meta)
+    meta, data = table_io.read_pair(path)
     try:
         # index_col=False: a row longer than the header is an error, not a shifted index
         frame = pd.read_csv(io.BytesIO(data), index_col=False)

@@ -50,8 +50,8 @@ def step_view(pm: pd.DataFrame) -> pd.DataFrame:
     pm = _with_origin(pm)
     ours = pm[pm["mode"].isin(OURS)].copy()
     ours["floor_ms"] = floor_ms(ours)
-    ours["above_floor_ms"] = ours["ms_per_token"] - ours["floor_ms"]
-    cols = ["origin", "model", "mode", "batch", "context", "ms_per_token", "tokens_per_s",
+    ours["above_floor_ms"] = ours["ms_per_step"] - ours["floor_ms"]
+    cols = ["origin", "model", "mode", "batch", "context", "ms_per_step", "tokens_per_s",
             "achieved_gb_s", "roofline_fraction", "floor_ms", "above_floor_ms"]
     return ours[cols].sort_values(["origin", "mode", "context", "batch"]).reset_index(drop=True)
 
@@ -221,7 +221,7 @@ def attention_marginal(pm: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
             continue
         lo, hi = g.iloc[0], g.iloc[-1]
         extra_bytes = float(hi["bytes_per_step"] - lo["bytes_per_step"])
-        col = "device_ms_per_step" if pd.notna(hi.get("device_ms_per_step")) else "ms_per_token"
+        col = "device_ms_per_step" if pd.notna(hi.get("device_ms_per_step")) else "ms_per_step"
         extra_ms = float(hi[col] - lo[col])
         tb_s = extra_bytes / (extra_ms * 1e-3) / 1e12 if extra_ms > 0 else math.nan
         rows.append(dict(origin=origin, model=model, mode=mode, batch=int(batch),
@@ -248,9 +248,9 @@ def _paired(pm: pd.DataFrame, other: str, cols: list[str]) -> pd.DataFrame:
     pm = _with_origin(pm)
     pm = pm.assign(**{c: math.nan for c in cols if c not in pm})  # tables of older layouts
     keys = ["origin", "model", "batch", "context"]
-    ours = pm[pm["mode"] == "graph"][[*keys, "ms_per_token", "copy_gb_s", "bytes_per_step"]]
+    ours = pm[pm["mode"] == "graph"][[*keys, "ms_per_step", "copy_gb_s", "bytes_per_step"]]
     peer = pm[pm["mode"] == other][[*keys, *cols]].rename(
-        columns={"ms_per_token": f"{other}_ms"})
+        columns={"ms_per_step": f"{other}_ms"})
     return ours.merge(peer, on=keys).sort_values(keys).reset_index(drop=True)
 
 
@@ -260,20 +260,20 @@ def boundary_effect(pm: pd.DataFrame) -> pd.DataFrame:
     ``pdl`` says whether the graph step used PDL at that batch (``pdl_policy``): where it did
     not, both timings launched the same kernels serially and their difference is run-to-run
     spread (tables of older runs timed such points too)."""
-    out = _paired(pm, SERIAL, ["ms_per_token"])
+    out = _paired(pm, SERIAL, ["ms_per_step"])
     out["pdl"] = [for_rows(True, int(b)) for b in out["batch"]]
-    out["saved_us"] = (out[f"{SERIAL}_ms"] - out["ms_per_token"]) * 1e3
+    out["saved_us"] = (out[f"{SERIAL}_ms"] - out["ms_per_step"]) * 1e3
     floor = floor_ms(out)
     out["roofline_before"] = floor / out[f"{SERIAL}_ms"]
-    out["roofline_after"] = floor / out["ms_per_token"]
+    out["roofline_after"] = floor / out["ms_per_step"]
     return out.drop(columns=["copy_gb_s", "bytes_per_step"])
 
 
 def vs_compiled(pm: pd.DataFrame) -> pd.DataFrame:
     """Our graph step against ``compile_static`` at the points both were timed: ``speedup`` =
     its step / ours; ``compile_s`` is its one-time compilation."""
-    out = _paired(pm, COMPILED, ["ms_per_token", "compile_s"])
-    out["speedup"] = out[f"{COMPILED}_ms"] / out["ms_per_token"]
+    out = _paired(pm, COMPILED, ["ms_per_step", "compile_s"])
+    out["speedup"] = out[f"{COMPILED}_ms"] / out["ms_per_step"]
     return out.drop(columns=["copy_gb_s", "bytes_per_step"])
 
 

@@ -72,13 +72,13 @@ def step_prose(pm: pd.DataFrame, batch: int, context: int) -> str:
             continue
         floor = float(analysis.floor_ms(fast))
         text = (f"- **{_label(origin)}**, `{fast['model']}` ({fast['dtype']}), batch {b}, "
-                f"context {c}{moved}: the {fast['mode']} step takes {fast['ms_per_token']:.3g} ms "
+                f"context {c}{moved}: the {fast['mode']} step takes {fast['ms_per_step']:.3g} ms "
                 f"({fast['tokens_per_s']:,.0f} tokens/s), **{fast['roofline_fraction']:.0%} of "
                 f"the roofline**: its {fast['bytes_per_step'] / 1e9:.3g} GB at the measured "
                 f"copy bandwidth ({fast['copy_gb_s']:,.0f} GB/s) need {floor:.3g} ms.")
         if graph is not None and eager is not None:
-            text += (f" Eager takes {eager['ms_per_token']:.3g} ms, "
-                     f"{eager['ms_per_token'] / graph['ms_per_token']:.1f}x the graph: the "
+            text += (f" Eager takes {eager['ms_per_step']:.3g} ms, "
+                     f"{eager['ms_per_step'] / graph['ms_per_step']:.1f}x the graph: the "
                      "host issuing kernels one by one, the dispatch layer.")
         lines.append(text + _batch_trend(pm, origin, fast["mode"], context))
     return "\n".join(lines)
@@ -104,7 +104,7 @@ def _batch_trend(pm: pd.DataFrame, origin: str, mode: str, context: int) -> str:
         return ""
     lo, hi = rows.iloc[0], rows.iloc[-1]
     text = (f" From batch {lo['batch']} to {hi['batch']} the step grows "
-            f"{hi['ms_per_token'] / lo['ms_per_token']:.1f}x while its bytes grow "
+            f"{hi['ms_per_step'] / lo['ms_per_step']:.1f}x while its bytes grow "
             f"{hi['floor_ms'] / lo['floor_ms']:.1f}x, so the share of the roofline goes from "
             f"{lo['roofline_fraction']:.0%} to {hi['roofline_fraction']:.0%}")
     if hi["roofline_fraction"] < lo["roofline_fraction"]:
@@ -139,7 +139,7 @@ def boundary_prose(effect: pd.DataFrame) -> str:
             parts.append(
                 f"at batch {first['batch']}, context {first['context']}, the step without PDL "
                 f"takes {first[SERIAL + '_ms']:.3g} ms and with it "
-                f"{first['ms_per_token']:.3g} ms: **{first['saved_us']:.0f} µs saved**, from "
+                f"{first['ms_per_step']:.3g} ms: **{first['saved_us']:.0f} µs saved**, from "
                 f"{first['roofline_before']:.0%} to {first['roofline_after']:.0%} of the "
                 "roofline. " + _boundary_range(used))
         if not serial.empty:
@@ -192,7 +192,7 @@ def compiled_prose(vs: pd.DataFrame, edits: list[str] = ()) -> str:
     return "\n".join(
         f"- {_label(r['origin'])}, batch {r['batch']}, context {r['context']}: "
         f"`compile_static` {r[COMPILED + '_ms']:.3g} ms per step (after "
-        f"{r['compile_s']:.0f} s of compilation), ours {r['ms_per_token']:.3g} ms: "
+        f"{r['compile_s']:.0f} s of compilation), ours {r['ms_per_step']:.3g} ms: "
         f"**{r['speedup']:.2f}x**." for _, r in vs.iterrows())
 
 

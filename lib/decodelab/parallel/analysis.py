@@ -17,13 +17,13 @@ def _with_origin(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def speedups(tp: pd.DataFrame) -> pd.DataFrame:
-    """One row per origin x model x mode x batch x tp > 1: ms per token at TP=1 and at TP=n,
+    """One row per origin x model x mode x batch x tp > 1: ms per step at TP=1 and at TP=n,
     and ``speedup`` = TP=1 time / TP=n time (> 1: the split is faster)."""
     tp = _with_origin(tp)
-    one = tp[tp["tp"] == 1].set_index(KEYS)["ms_per_token"].rename("ms_tp1")
-    many = tp[tp["tp"] > 1].set_index(KEYS)[["tp", "ms_per_token"]]
+    one = tp[tp["tp"] == 1].set_index(KEYS)["ms_per_step"].rename("ms_tp1")
+    many = tp[tp["tp"] > 1].set_index(KEYS)[["tp", "ms_per_step"]]
     out = many.join(one, how="inner").reset_index()
-    out["speedup"] = out["ms_tp1"] / out["ms_per_token"]
+    out["speedup"] = out["ms_tp1"] / out["ms_per_step"]
     return out.sort_values(KEYS).reset_index(drop=True)
 
 
@@ -58,15 +58,15 @@ def crossover(tp: pd.DataFrame, mode: str = "graph", margin: float = TIE_MARGIN)
 def decomposition(tp: pd.DataFrame) -> pd.DataFrame:
     """The step of each TP > 1 row split in two: ``compute_ms`` (the step with its collectives
     left out) and ``comm_ms`` (what they add); ``comm_alone_ms`` is the same collectives run
-    alone, and ``comm_share`` = comm_ms / ms_per_token. TP=1 rows have no communication:
+    alone, and ``comm_share`` = comm_ms / ms_per_step. TP=1 rows have no communication:
     compute_ms is their whole step."""
     tp = _with_origin(tp).copy()
     single = tp["tp"] == 1
-    tp["compute_ms"] = tp["ms_no_comm"].where(~single, tp["ms_per_token"])
+    tp["compute_ms"] = tp["ms_no_comm"].where(~single, tp["ms_per_step"])
     tp["comm_ms"] = tp["comm_ms"].where(~single, 0.0)
     tp["comm_alone_ms"] = tp["ms_comm_alone"].where(~single, 0.0)
-    tp["comm_share"] = tp["comm_ms"] / tp["ms_per_token"]
-    cols = KEYS + ["tp", "ms_per_token", "compute_ms", "comm_ms", "comm_alone_ms", "comm_share",
+    tp["comm_share"] = tp["comm_ms"] / tp["ms_per_step"]
+    cols = KEYS + ["tp", "ms_per_step", "compute_ms", "comm_ms", "comm_alone_ms", "comm_share",
                    "all_reduces_per_step", "all_reduce_bytes", "all_gather_bytes"]
     return tp[cols].sort_values(KEYS + ["tp"]).reset_index(drop=True)
 
@@ -124,7 +124,7 @@ def headline_table(tp: pd.DataFrame, origin: str, batches: tuple[int, ...] = (1,
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in d.itertuples():
         sp = s.loc[(r.origin, r.model, r.mode, r.batch)]
-        lines.append(f"| {r.model} | {r.batch} | {sp['ms_tp1']:.2f} | {r.ms_per_token:.2f} | "
+        lines.append(f"| {r.model} | {r.batch} | {sp['ms_tp1']:.2f} | {r.ms_per_step:.2f} | "
                      f"{r.tp} | {sp['speedup']:.2f}x | {r.comm_ms:.2f} | {r.comm_share:.0%} |")
     return "\n".join(lines)
 

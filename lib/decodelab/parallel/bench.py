@@ -6,10 +6,10 @@ of one) and TP=N, for each model shape, eager and CUDA graph. Started plainly, i
 one and measures TP=1 only. Rank 0 writes the tables:
 
 ``tp``, one row per model x tp x mode x batch (context ``context`` tokens per sequence):
-- ``ms_per_token``: wall time of one decode step (one new token per sequence), the slowest rank;
+- ``ms_per_step``: wall time of one decode step (one new token per sequence), the slowest rank;
 - ``ms_no_comm``: the same step with every collective replaced by a local stand-in of the same
   shape (``TPGroup.without_comm``: wrong numbers, the same compute), so
-  ``comm_ms = ms_per_token - ms_no_comm`` is what communication adds to the step;
+  ``comm_ms = ms_per_step - ms_no_comm`` is what communication adds to the step;
 - ``ms_comm_alone``: the step's collectives alone (2 L + 1 all-reduces of (bucket, d), one
   all-gather of (bucket, V / tp)), same mode, on static buffers; the difference between it and
   ``comm_ms`` is how much of the communication the step hides or serialises;
@@ -273,7 +273,7 @@ def _row(cfg, model, group: TPGroup, mode: str, batch: int, msgs: coll.StepMessa
     return TPRow(
         model=model.full_config.name, tp=group.size, mode=mode, batch=batch,
         bucket=msgs.batch if graph else nan, context=cfg.context, dtype=cfg.dtype,
-        ms_per_token=wall * 1e3, device_ms_per_step=dev * 1e3, host_ms_per_step=host * 1e3,
+        ms_per_step=wall * 1e3, device_ms_per_step=dev * 1e3, host_ms_per_step=host * 1e3,
         tokens_per_s=batch / wall, ms_no_comm=t_no_comm * 1e3,
         comm_ms=(wall - t_no_comm) * 1e3, ms_comm_alone=t_alone * 1e3,
         all_reduces_per_step=msgs.all_reduces if comm else 0,

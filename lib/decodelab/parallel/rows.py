@@ -33,12 +33,12 @@ class TPRow:
     bucket: int | float  # graph only: the captured batch size the step pads to
     context: int
     dtype: str
-    ms_per_token: float
+    ms_per_step: float  # wall time of one decode step of ``batch`` rows, the slowest rank
     device_ms_per_step: float
     host_ms_per_step: float
     tokens_per_s: float
     ms_no_comm: float  # every collective replaced by a local stand-in (NaN at tp=1)
-    comm_ms: float  # ms_per_token - ms_no_comm
+    comm_ms: float  # ms_per_step - ms_no_comm
     ms_comm_alone: float  # the step's collectives alone
     all_reduces_per_step: int
     all_reduce_bytes: int

@@ -39,7 +39,7 @@ def step_vs_batch(view: pd.DataFrame) -> plt.Figure:
             for mode, g in at.groupby("mode"):
                 g = g.sort_values("batch")
                 kw = dict(ls=style, marker="o", ms=4, color=mode_color(mode))
-                ax.plot(g["batch"], g["ms_per_token"], label=f"{mode}, context {context}", **kw)
+                ax.plot(g["batch"], g["ms_per_step"], label=f"{mode}, context {context}", **kw)
                 ax_r.plot(g["batch"], g["roofline_fraction"], label=f"{mode}, context {context}",
                           **kw)
             floor = at.drop_duplicates("batch").sort_values("batch")

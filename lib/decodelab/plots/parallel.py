@@ -33,7 +33,7 @@ def decode_vs_batch(tp: pd.DataFrame) -> plt.Figure:
         sel = tp[(tp["origin"] == origin) & (tp["model"] == model)]
         for (n, mode), g in sel.groupby(["tp", "mode"]):
             g = g.sort_values("batch")
-            ax.plot(g["batch"], g["ms_per_token"], marker="o", ls=_TP_STYLES.get(int(n), ":"),
+            ax.plot(g["batch"], g["ms_per_step"], marker="o", ls=_TP_STYLES.get(int(n), ":"),
                     color=mode_color(mode), label=f"TP={n}, {mode}")
         ax.set(xscale="log", yscale="log", xlabel="batch (sequences decoding)",
                ylabel="ms per step (one token per sequence)",

@@ -23,7 +23,7 @@ MISSING_NOTE = f"{MISSING}: not measured, or not applicable to that row."
 
 # Labels of columns that many tables share; any other column is labelled by its unit suffix.
 LABELS: dict[str, str] = {
-    "origin": "source", "ms_per_token": "step (ms)", "tokens_per_s": "tokens/s",
+    "origin": "source", "ms_per_step": "step (ms)", "tokens_per_s": "tokens/s",
     "device_ms_per_step": "device span (ms)", "host_ms_per_step": "host (ms/step)",
     "bytes_per_step": "bytes per step", "achieved_gb_s": "achieved (GB/s)",
     "copy_gb_s": "copy bandwidth (GB/s)", "roofline_fraction": "of roofline",

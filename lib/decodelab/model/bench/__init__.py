@@ -13,7 +13,7 @@ Modes (table ``paged_model``, one row per mode x batch x context):
   (:mod:`decodelab.model.static_bench`); its compile time apart, in ``compile_s``.
 - ``hf_dynamic`` / ``hf_static``: ``LlamaForCausalLM.generate`` (greedy), its default cache and
   its static cache (auto-compile off: compiling alone would take far longer than the whole
-  bench). Per-token time = (time of N new tokens - time of 1) / (N - 1): decode only.
+  bench). Step time = (time of N new tokens - time of 1) / (N - 1): one decode step of B rows.
 
 ``context`` = tokens attended by the step (the new one included). ``bytes_per_step`` = weights
 read (all layers, the head, B embedding rows) + the K/V attended; ``roofline_fraction`` = time

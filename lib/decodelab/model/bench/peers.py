@@ -103,8 +103,7 @@ def hf_model(config: ModelConfig, sd: dict[str, torch.Tensor], device: torch.dev
 
 def _generate_s(hf, ids, n: int, static: bool) -> float:
     kw = dict(cache_implementation="static", disable_compile=True) if static else {}
-    sync = torch.cuda.synchronize if ids.is_cuda else (lambda: None)
-    sync()
+    device_sync(ids.device)
     t0 = time.perf_counter()
     hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
                 do_sample=False, pad_token_id=0, **kw)
@@ -114,7 +113,8 @@ def _generate_s(hf, ids, n: int, static: bool) -> float:
 
 def hf_rows(hf, config: ModelConfig, cfg, row_fn, step_bytes, bw: float, err: float
             ) -> list[PagedModelRow]:
-    """transformers' generate, default and static cache: decode-only time per token."""
+    """transformers' generate, default and static cache: the time of one decode step of the
+    batch's rows (prefill excluded)."""
     context, n, reps, rows = cfg.contexts[0], cfg.hf_new_tokens, max(3, cfg.repeats // 2), []
     for batch in cfg.hf_batches:
         ids = torch.randint(0, config.vocab_size, (batch, context - 1), device=hf.device)

@@ -17,7 +17,10 @@ class PagedModelRow:
     mode: str  # graph, graph_no_pdl, eager, compile_static, hf_dynamic, hf_static
     batch: int
     context: int  # tokens attended by the step, the new one included
-    ms_per_token: float  # wall time of one decode step
+    # Wall time of one decode step of ``batch`` rows (B new tokens; per token is this / B).
+    # hf_dynamic/hf_static: (generate's time for N new tokens - for 1) / (N - 1), i.e. one
+    # decode step of generate over the same B rows, prefill excluded.
+    ms_per_step: float
     device_ms_per_step: float
     host_ms_per_step: float
     tokens_per_s: float
@@ -40,7 +43,7 @@ class PagedModelRow:
                  device_s: float, nbytes: int, bw: float, **extra) -> PagedModelRow:
         """The row of one timing: seconds per step (wall, host, device) and bytes per step
         against the copy bandwidth ``bw`` (GB/s)."""
-        return cls(mode, batch, context, ms_per_token=wall * 1e3,
+        return cls(mode, batch, context, ms_per_step=wall * 1e3,
                    device_ms_per_step=device_s * 1e3, host_ms_per_step=host * 1e3,
                    tokens_per_s=batch / wall, bytes_per_step=nbytes,
                    achieved_gb_s=nbytes / wall / 1e9, copy_gb_s=bw,
