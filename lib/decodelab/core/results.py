@@ -32,6 +32,13 @@ from decodelab.core.table_io import (
 from decodelab.core.table_io import atomic_write as _atomic_write  # noqa: F401 - for report.py
 
 ORIGIN = "origin"
+# Columns renamed since tables were shipped, per table: {old name: new name}. Loading renames
+# them in every file (after the check against its sidecar, which records the old names), so
+# committed tables load under today's names unchanged.
+RENAMED_COLUMNS: dict[str, dict[str, str]] = {
+    "paged_model": {"ms_per_token": "ms_per_step"},  # it always held ms per step of B rows
+    "tp": {"ms_per_token": "ms_per_step"},
+}
 
 
 class SchemaMismatchError(ValueError):
@@ -143,7 +150,7 @@ def load_table(name: str, *, reference: Path | None = None, local: Path | None =
                                 f"(looked in data/reference/*/ and data/local/)")
     frames, first_cols, first_path = [], None, None
     for origin, path in files:
-        frame = _read_checked(path)
+        frame = _read_checked(path).rename(columns=RENAMED_COLUMNS.get(name, {}))
         if first_cols is None:
             first_cols, first_path = list(frame.columns), path
         else:
