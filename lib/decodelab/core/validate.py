@@ -39,8 +39,9 @@ def check_choice(owner: str, name: str, value: Any, allowed: Collection[Any]) ->
         raise ConfigError(f"{owner}.{name}={value!r}: must be one of {listed}")
 
 
-def check_power_of_two_list(owner: str, name: str, values: Any, low: int, high: int) -> None:
-    """A non-empty list of ints in [low, high] (the sweeps' K and n lists)."""
+def check_int_list(owner: str, name: str, values: Any, low: int, high: int) -> None:
+    """``values`` must be a non-empty list or tuple of ints, each in [low, high] (the sweeps'
+    K and n lists); nothing more, e.g. no power of two."""
     if not isinstance(values, list | tuple) or not values:
         raise ConfigError(f"{owner}.{name}={values!r}: must be a non-empty list of integers")
     for v in values:

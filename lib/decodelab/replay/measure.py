@@ -31,7 +31,7 @@ from decodelab.core.validate import (
     check_choice,
     check_float,
     check_int,
-    check_power_of_two_list,
+    check_int_list,
 )
 from decodelab.replay.interleave import Point, time_interleaved
 from decodelab.toy import graphs
@@ -60,8 +60,8 @@ class ReplayConfig:
 
     def __post_init__(self) -> None:
         owner = "ReplayConfig"
-        check_power_of_two_list(owner, "node_counts", list(self.node_counts), 1, MAX_NODES)
-        check_power_of_two_list(owner, "k_values", list(self.k_values), 1, MAX_K)
+        check_int_list(owner, "node_counts", list(self.node_counts), 1, MAX_NODES)
+        check_int_list(owner, "k_values", list(self.k_values), 1, MAX_K)
         for name in ("node_counts", "k_values"):
             values = getattr(self, name)
             if len(set(values)) < 3:
