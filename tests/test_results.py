@@ -198,3 +198,18 @@ def test_an_interrupted_overwrite_adding_a_column_leaves_old_or_new_never_a_mix(
         assert list(table["mode"]) == ["x"] and list(table["extra"]) == [2]
         assert "extra" in (tmp_path / "local" / "demo.csv").read_text()
     assert not _temps(tmp_path / "local")
+
+
+def test_a_swapped_pair_is_refused_naming_both_tables(tmp_path):
+    """Table u's CSV and sidecar copied over table t's: the pair is whole (the hash matches),
+    but its sidecar records table u."""
+    local = tmp_path / "local"
+    results.write_table("t", _rows(), out_dir=local)
+    results.write_table("u", [Row("other", 1, 1.0)], out_dir=local)
+    for suffix in (".csv", ".meta.json"):
+        (local / f"t{suffix}").write_bytes((local / f"u{suffix}").read_bytes())
+    with pytest.raises(results.DamagedResultError,
+                       match=r"local/t.meta.json: records table 'u', but is stored as table 't'"):
+        results.load_table("t", reference=tmp_path / "none", local=local)
+    assert list(results.load_table("u", reference=tmp_path / "none", local=local)["mode"]) == [
+        "other"]

@@ -7,7 +7,7 @@ the sidecar's rename as the commit): :mod:`decodelab.core.table_io` says how.
 
 Loading merges the shipped reference results (``data/reference/<device>/NAME.csv``) and this
 machine's runs (``data/local/NAME.csv``), labels each row's ``origin``, and checks each file
-against its sidecar (hash, row count, columns), naming the file and what is wrong
+against its sidecar (table name, hash, row count, columns), naming the file and what is wrong
 (:class:`DamagedResultError`); files whose columns disagree raise :class:`SchemaMismatchError`.
 """
 

@@ -127,7 +127,8 @@ def _remove_dead_temps(csv_path: Path) -> None:
 
 
 def read_meta(csv_path: Path | str) -> dict[str, Any]:
-    """The sidecar of ``csv_path``, checked to be a JSON object with a column list."""
+    """The sidecar of ``csv_path``, checked to be a JSON object with a column list, of the
+    table that ``csv_path`` names."""
     path = Path(csv_path)
     sidecar = meta_path(path)
     if not sidecar.exists():
@@ -144,6 +145,11 @@ def read_meta(csv_path: Path | str) -> dict[str, Any]:
     if not isinstance(cols, list) or not all(isinstance(c, str) for c in cols):
         raise DamagedResultError(f"{sidecar}: 'columns' is {cols!r}, must be a list of column "
                                  "names")
+    name = path.name.removesuffix(".csv")
+    if meta.get("table", name) != name:  # an old sidecar without the key cannot be checked
+        raise DamagedResultError(f"{sidecar}: records table {meta['table']!r}, but is stored as "
+                                 f"table {name!r}: the pair of another table was copied or "
+                                 "renamed here")
     return meta
 
 
