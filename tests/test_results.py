@@ -1,13 +1,15 @@
 """Result tables: atomic writes, metadata, merging reference and local, schema checks."""
 
+import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass
 
 import pandas as pd
 import pytest
 
-from decodelab.core import results, table_io
+from decodelab.core import paths, results, table_io
 from decodelab.core.device import collect_info
 
 
@@ -213,3 +215,113 @@ def test_a_swapped_pair_is_refused_naming_both_tables(tmp_path):
         results.load_table("t", reference=tmp_path / "none", local=local)
     assert list(results.load_table("u", reference=tmp_path / "none", local=local)["mode"]) == [
         "other"]
+
+
+# ------------------------------------------------------------------ exact round trip
+@dataclass(frozen=True)
+class Typed:
+    text: str
+    count: int
+    value: float
+    flag: bool
+
+
+TEXTS = ("", "NA", "nan", "None", "null", "1", "True", "N/A", "#N/A", "-1.5", " padded ", "a,b",
+         'say "hi"', "two\nlines")
+VALUES = (math.nan, math.inf, -math.inf, -0.0, 1 / 3, 1e-310, 1e300, 0.1, 2.0, 7.0)
+
+
+def _same(a, b) -> bool:
+    """Equal, NaN equal to NaN, -0.0 apart from 0.0, and of the same Python type."""
+    if isinstance(a, float) and math.isnan(a):
+        return isinstance(b, float) and math.isnan(b)
+    return type(a) is type(b) and a == b and str(a) == str(b)
+
+
+def _values(table: pd.DataFrame) -> list[dict]:
+    return table.drop(columns=["origin", "device", "torch_version"]).to_dict("records")
+
+
+def _typed_rows() -> list[Typed]:
+    counts = (0, 1, -1, 2**62, -(2**62))
+    return [Typed(text, counts[i % len(counts)], VALUES[i % len(VALUES)], i % 3 == 0)
+            for i, text in enumerate(TEXTS)]
+
+
+def test_str_int_float_and_bool_fields_round_trip_exactly(tmp_path):
+    """Strings that look like NA, numbers or booleans stay strings; NaN, inf and -0.0 stay
+    themselves in a float column; ints and bools keep their type."""
+    rows = _typed_rows()
+    results.write_table("typed", rows, out_dir=tmp_path / "local")
+    table = results.load_table("typed", reference=tmp_path / "none", local=tmp_path / "local")
+    assert [str(t) for t in table.dtypes[["count", "value", "flag"]]] == ["int64", "float64",
+                                                                        "bool"]
+    for row, got in zip(rows, _values(table), strict=True):
+        assert all(_same(v, got[k]) for k, v in dataclasses.asdict(row).items()), (row, got)
+
+
+@dataclass(frozen=True)
+class Floats:
+    whole: float
+    either: int | float
+
+
+def test_a_float_field_of_whole_numbers_loads_as_float(tmp_path):
+    results.write_table("floats", [Floats(1, 2), Floats(3, 4)], out_dir=tmp_path)
+    table = results.load_table("floats", reference=tmp_path / "none", local=tmp_path)
+    assert _values(table) == [{"whole": 1.0, "either": 2.0}, {"whole": 3.0, "either": 4.0}]
+    assert [str(t) for t in table.dtypes[["whole", "either"]]] == ["float64", "float64"]
+
+
+def test_a_frame_round_trips_by_its_column_dtypes(tmp_path):
+    frame = pd.DataFrame({"s": ["1", "True", "nan"], "i": [1, 2, 3], "f": [1.5, math.nan, 2.0],
+                          "b": [True, False, True]})
+    results.write_table("frame", frame, out_dir=tmp_path)
+    got = _values(results.load_table("frame", reference=tmp_path / "none", local=tmp_path))
+    for want, row in zip(frame.to_dict("records"), got, strict=True):
+        assert all(_same(v, row[k]) for k, v in want.items()), (want, row)
+
+
+@pytest.mark.parametrize(("column", "match"), [
+    ([1, "a"], r"column 'x' mixes int and str values \(1, 'a'\)"),
+    (["a", None], r"column 'x' mixes str and float values \('a', nan\)"),  # pandas: None -> NaN
+    (["a", math.nan], r"column 'x' mixes str and float values \('a', nan\)"),
+    ([True, 1], r"column 'x' mixes bool and int values \(True, 1\)"),
+    ([[1], [2]], r"column 'x' holds \[1\] \(list\), which would not read back"),
+])
+def test_a_column_that_would_not_read_back_is_refused_naming_it(tmp_path, column, match):
+    with pytest.raises(ValueError, match=match):
+        results.write_table("bad", pd.DataFrame({"x": column}), out_dir=tmp_path)
+    with pytest.raises(ValueError, match=match.replace("'x'", "'text'")):
+        results.write_table("bad", [Typed(v, 1, 1.0, True) for v in column], out_dir=tmp_path)
+    assert not results.has_table("bad", reference=tmp_path / "none", local=tmp_path)
+
+
+def test_a_sidecar_without_column_types_loads_as_before(tmp_path):
+    """Tables written before column types were recorded (the shipped references) are parsed
+    by pandas' guess, as they always were."""
+    path = results.write_table("old", [Typed("1", 1, 1.0, True)], out_dir=tmp_path)
+    meta_path = path.with_name("old.meta.json")
+    meta = json.loads(meta_path.read_text())
+    del meta["column_types"]
+    meta_path.write_text(json.dumps(meta))
+    table = results.load_table("old", reference=tmp_path / "none", local=tmp_path)
+    assert _values(table) == [{"text": 1, "count": 1, "value": 1.0, "flag": True}]
+
+
+def test_every_shipped_reference_table_loads():
+    for csv in sorted(paths.reference_dir().glob("*/*.csv")):
+        table = results.load_table(csv.stem, origins=[f"reference/{csv.parent.name}"])
+        assert len(table) == results.read_meta(csv)["rows"], csv
+
+
+@pytest.mark.parametrize(("kind", "match"), [("integer", "column_types is .*'integer'.*must map"),
+                                             ("int", "cannot be parsed as CSV")])
+def test_a_sidecar_with_wrong_column_types_is_refused_naming_the_file(tmp_path, kind, match):
+    path = _three_rows(tmp_path)
+    meta_path = path.with_name("demo.meta.json")
+    meta = json.loads(meta_path.read_text())
+    meta["column_types"]["mode"] = kind  # 'eager' is no int
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(results.DamagedResultError, match=rf"local/demo.csv: .*{match}"):
+        _load(tmp_path)

@@ -1,7 +1,8 @@
 """Tidy result tables: one row per measurement, a column per parameter, a metadata sidecar.
 
 A table ``NAME`` is stored as ``NAME.csv`` plus ``NAME.meta.json`` (device, software, commit,
-date, profile, the config that produced it, the column list, the CSV's row count and SHA-256).
+date, profile, the config that produced it, the columns and their types, the CSV's row count
+and SHA-256). Every value reads back as written (:mod:`decodelab.core.columns`).
 The pair is written crash-safe and safe beside other writers and readers (a lock per folder,
 the sidecar's rename as the commit): :mod:`decodelab.core.table_io` says how.
 
@@ -23,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from decodelab.core import paths, table_io
+from decodelab.core.columns import declared_floats, read_options, types_of
 from decodelab.core.table_io import (
     META_SUFFIX,
     DamagedResultError,
@@ -73,14 +75,18 @@ def write_table(name: str, rows: pd.DataFrame | Iterable[Any], *, out_dir: Path 
     """Write ``rows`` as ``out_dir/NAME.csv`` with its metadata sidecar; return the CSV path.
 
     Every row gets the columns ``device`` and ``torch_version`` so a merged table never loses
-    where a number came from; the sidecar holds the full device and software description.
+    where a number came from; the sidecar holds the full device and software description and
+    each column's type, by which every value reads back exactly (:mod:`decodelab.core.columns`).
     """
     from decodelab.core.device import collect_info
 
     info = info if info is not None else collect_info()
+    rows = rows if isinstance(rows, pd.DataFrame) else list(rows)
     frame = to_frame(rows)
     frame.insert(0, "device", info.label)
     frame.insert(1, "torch_version", info.torch_version)
+    types = types_of(frame, declared_floats(rows))
+    frame = frame.astype({c: "float64" for c, t in types.items() if t == "float"})
     out = Path(out_dir) if out_dir is not None else paths.local_dir()
     csv_path = out / f"{name}.csv"
     buf = io.StringIO()
@@ -89,6 +95,7 @@ def write_table(name: str, rows: pd.DataFrame | Iterable[Any], *, out_dir: Path 
     meta = {
         "table": name,
         "columns": list(frame.columns),
+        "column_types": types,
         "rows": len(frame),
         "sha256": sha256(data),
         "profile": profile,
@@ -114,13 +121,21 @@ def table_files(name: str, *, reference: Path | None = None, local: Path | None 
     return found
 
 
+def _parse(path: Path, data: bytes, meta: dict[str, Any]) -> pd.DataFrame:
+    """The CSV as a frame, by the sidecar's column types; by pandas' guess for a sidecar from
+    before types were recorded (the shipped tables of the earlier phases)."""
+    types = meta.get("column_types")
+    try:
+        typed = {} if types is None else read_options(types)
+        # index_col=False: a row longer than the header is an error, not a shifted index
+        return pd.read_csv(io.BytesIO(data), index_col=False, **typed)
+    except ValueError as exc:  # bad column_types, pandas' parser errors, a bad value, bad UTF-8
+        raise DamagedResultError(f"{path}: cannot be parsed as CSV ({exc})") from None
+
+
 def _read_checked(path: Path) -> pd.DataFrame:
     meta, data = table_io.read_pair(path)
-    try:
-        # index_col=False: a row longer than the header is an error, not a shifted index
-        frame = pd.read_csv(io.BytesIO(data), index_col=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise DamagedResultError(f"{path}: cannot be parsed as CSV ({exc})") from None
+    frame = _parse(path, data, meta)
     meta_cols = meta["columns"]
     for col in frame.columns:
         if col not in meta_cols:
@@ -167,3 +182,4 @@ def load_table(name: str, *, reference: Path | None = None, local: Path | None =
 
 def has_table(name: str, **kwargs: Any) -> bool:
     return bool(table_files(name, **kwargs))
+
