@@ -77,11 +77,7 @@ def _reader(folder, n: int, queue) -> None:
         except Exception as exc:  # noqa: BLE001 - counted and reported to the test
             errors.append(f"{type(exc).__name__}: {exc}")
             continue
-        if got[0]["mode"] == "a":
-            ok = got == _expected("a", got[0]["i"])
-        else:
-            ok = got == _expected(got[0]["mode"], got[0]["i"])
-        if not ok:
+        if got != _expected(got[0]["mode"], got[0]["i"]):
             errors.append(f"mixed content: {got}")
     queue.put(("reader", errors))
 

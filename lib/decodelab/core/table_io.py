@@ -8,15 +8,15 @@ SHA-256, which binds the two. The protocol, the simplest we found that is truly 
   write, a reader a shared one while it reads the pair. A reader therefore never sees a pair
   mid-commit (no retries, no false "damaged" errors), and two writers commit one after the
   other: both succeed and the last to take the lock wins. The kernel drops the lock of a
-  process that dies, so a killed writer blocks no one. (POSIX only, like the rest of the lab.)
+  process that dies, so a killed writer blocks no one. (``flock``: Linux and macOS.)
 * **The sidecar's rename is the commit.** The writer puts the new CSV in a temporary file of its
   own (``.NAME.csv.<random>.tmp``, fsynced), renames the new sidecar into place (it names that
   file as ``pending_csv``), then renames the CSV into place. A kill -9 before the sidecar's
   rename leaves the old pair; after it, the new sidecar with its pending CSV, which a reader
   takes and puts in place.
 * **No stray table.** Temporary files start with a dot and end in ``.tmp``, so no loader takes
-  one for a table; those of a killed writer are removed by the next write of that table (under
-  the lock, every temporary file of the table but the committed pending one is dead).
+  one for a table; those of a killed writer are removed by the next write of that table, after
+  its commit (under the lock no other write runs, and the commit supersedes any pending CSV).
 """
 
 from __future__ import annotations
