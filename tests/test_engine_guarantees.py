@@ -6,6 +6,7 @@ every bit of a seed keys its random stream."""
 from __future__ import annotations
 
 import random
+import re
 from collections import Counter
 
 import pytest
@@ -14,7 +15,7 @@ from fake_runtime_model import FakeModel
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.engine import Engine
 from decodelab.engine.requests import Request, SamplingParams, Status
-from decodelab.engine.stream import RequestHandle, TokenEvent
+from decodelab.engine.stream import CallbackError, RequestHandle, TokenEvent
 
 POISON = 47  # FakeModel's NaN trigger (a valid id of its 48-token vocabulary)
 REENTRY = r"Engine\.step\(\) called from inside a request callback"
@@ -81,6 +82,7 @@ PATHS = {
     "callback_error_on_the_end": ("finished", "length"),  # raised after its end: too late
     "non_finite_logits": ("failed", "non_finite_logits"),
     "step_error": ("failed", "step_error"),
+    "reentry": ("failed", "callback_error"),
 }
 
 
@@ -129,3 +131,31 @@ def test_every_stream_ends_once_with_the_handles_status(path):
     assert eng.metrics.errors["callback_error_at_end"] == (path == "callback_error_on_the_end")
     assert sum(eng.metrics.outcomes.values()) == len(eng.metrics.requests) == 6
     assert eng.pool.num_free == eng.pool.num_total and not eng.active
+
+
+@pytest.mark.parametrize("how", ["step", "run", "iterate another handle"])
+def test_a_callback_that_drives_the_engine_fails_alone(how):
+    reqs = healthy(6, seed=1)
+    want = tokens_alone(reqs)
+    eng = fake_engine()
+    handles: list[RequestHandle] = []
+    drive = {"step": eng.step, "run": eng.run,
+             "iterate another handle": lambda: next(iter(handles[0]))}[how]
+
+    def cb(ev: TokenEvent) -> None:
+        if not ev.finished:  # the second nested step would stream the others' next tokens
+            drive()          # before the rest of this step's
+            drive()
+
+    # submitted first, so its row is processed before the others'
+    bad = eng.submit(Request("bad", (1, 2, 3), SamplingParams(temperature=0.0,
+                                                               max_new_tokens=8), on_token=cb))
+    handles += [eng.submit(r) for r in reqs]
+    eng.run()
+    assert {h.request_id: h.tokens for h in handles} == want
+    assert bad.status is Status.FAILED and bad.finish_reason == "callback_error"
+    assert isinstance(bad.exception, CallbackError) and len(bad.tokens) == 1
+    assert isinstance(bad.exception.__cause__, RuntimeError)
+    assert re.search(REENTRY, str(bad.exception.__cause__))
+    for h in handles:  # nothing of their streams was taken by the callback
+        assert [ev.token for ev in h] == h.tokens and h.status is Status.FINISHED

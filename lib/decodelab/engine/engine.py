@@ -34,7 +34,7 @@ import torch
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.metrics import Metrics, PhaseClock, RequestRecord, StepRecord
 from decodelab.engine.output import Pending, TokenOutput
-from decodelab.engine.plan import Plan, apply_plan
+from decodelab.engine.plan import SchedulePlan, apply_plan
 from decodelab.engine.protocols import ForwardGraphs, RuntimeModel
 from decodelab.engine.requests import (
     InvalidRequestError,
@@ -48,6 +48,7 @@ from decodelab.engine.runner import ModelRunner
 from decodelab.engine.scheduler import Scheduler, SchedulerConfig
 from decodelab.engine.stream import (
     CallbackError,
+    Callbacks,
     NonFiniteLogitsError,
     RequestError,
     RequestHandle,
@@ -90,6 +91,7 @@ class Engine:
         self.running: list[Sequence] = []
         self.active: dict[str, Sequence] = {}
         self.metrics = Metrics(config.keep_steps)
+        self.callbacks = Callbacks()
         self._sync = (torch.cuda.synchronize if config.sync_phases and self.device.type == "cuda"
                       else None)
         self._arrivals = 0
@@ -153,6 +155,11 @@ class Engine:
     # ------------------------------------------------------------------ the loop
     @torch.inference_mode()
     def step(self) -> None:
+        """One step of the loop (the module docstring). Refused with a RuntimeError inside a
+        request callback (directly, through :meth:`run` or a handle's iterator): raised there,
+        it fails that callback's request with callback_error unless the callback catches it;
+        nothing of the engine or the other requests has changed."""
+        self.callbacks.refuse_reentry()
         t_start = time.perf_counter()
         if self._t_last_step is not None and self.metrics.steps:
             self.metrics.steps[-1].wall = t_start - self._t_last_step
@@ -177,7 +184,7 @@ class Engine:
         clock.mark("emit")
         self.metrics.steps.append(rec)
 
-    def _apply(self, plan: Plan) -> None:
+    def _apply(self, plan: SchedulePlan) -> None:
         apply_plan(plan, self.pool, self.running, self.waiting)
         for seq in plan.preempt:  # before admissions: their slots are free again
             self._release(seq)
@@ -239,17 +246,15 @@ class Engine:
         request (only), which then ends with a failed event; one that raises once its request
         has ended changes nothing (its end event is out) and is counted."""
         seq.events.append(event)
-        if seq.request.on_token is None:
+        exc = None if seq.request.on_token is None else self.callbacks.run(seq, event)
+        if exc is None:
             return
-        try:
-            seq.request.on_token(event)
-        except Exception as exc:  # noqa: BLE001 - isolate the client's error
-            if seq.status.done:
-                self.metrics.error("callback_error_at_end")
-                return
-            err = CallbackError(f"on_token raised {type(exc).__name__}: {exc}")
-            err.__cause__ = exc
-            self._fail(seq, err)
+        if seq.status.done:
+            self.metrics.error("callback_error_at_end")
+            return
+        err = CallbackError(f"on_token raised {type(exc).__name__}: {exc}")
+        err.__cause__ = exc
+        self._fail(seq, err)
 
     def _release(self, seq: Sequence) -> None:
         """Give back blocks and slot (a preempted sequence keeps its output and waits)."""

@@ -59,12 +59,41 @@ def stop_reason(seq: Sequence, token: int, eos: int | None, max_model_len: int) 
     return None
 
 
+class Callbacks:
+    """Runs requests' ``on_token`` callbacks and knows while one runs, so that the engine can
+    refuse to be driven from inside one (a nested step would process later tokens before the
+    rest of the current step's, reordering other requests' streams)."""
+
+    def __init__(self) -> None:
+        self.running: str | None = None  # the request whose callback runs now
+
+    def run(self, seq: Sequence, event: TokenEvent) -> Exception | None:
+        """Call ``seq``'s callback with ``event``; what it raised, or None."""
+        outer, self.running = self.running, seq.request_id  # callbacks nest through abort()
+        try:
+            seq.request.on_token(event)
+        except Exception as exc:  # noqa: BLE001 - the client's error, for the engine to record
+            return exc
+        finally:
+            self.running = outer
+        return None
+
+    def refuse_reentry(self, how: str = "") -> None:
+        """RuntimeError if a callback is running: a callback may submit() and abort(), never
+        step the engine."""
+        if self.running is not None:
+            raise RuntimeError(f"Engine.step() called from inside a request callback (on_token "
+                               f"of {self.running!r}){how}: a callback may submit() and "
+                               "abort(), never drive the engine")
+
+
 class RequestHandle:
     """The client's view of one request: its status, its tokens, and an iterator of events.
 
     Iterating drives the engine until this request's next event is available, so
     ``for ev in engine.submit(req): print(ev.token)`` streams one request while the engine
-    serves all the others too.
+    serves all the others too. Iterating from inside a request callback is refused before
+    any event is taken (the iterator drives ``Engine.step()``).
     """
 
     def __init__(self, seq: Sequence, engine: Engine) -> None:
@@ -109,6 +138,7 @@ class RequestHandle:
         return self._engine.abort(self.request_id)
 
     def __iter__(self) -> Iterator[TokenEvent]:
+        self._engine.callbacks.refuse_reentry(f", iterating RequestHandle({self.request_id!r})")
         events = self._seq.events
         while True:
             while events:
