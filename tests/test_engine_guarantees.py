@@ -9,12 +9,13 @@ import random
 import re
 from collections import Counter
 
+import numpy as np
 import pytest
 from fake_runtime_model import FakeModel
 
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.engine import Engine
-from decodelab.engine.requests import Request, SamplingParams, Status
+from decodelab.engine.requests import InvalidRequestError, Request, SamplingParams, Status
 from decodelab.engine.stream import CallbackError, RequestHandle, TokenEvent
 
 POISON = 47  # FakeModel's NaN trigger (a valid id of its 48-token vocabulary)
@@ -159,3 +160,37 @@ def test_a_callback_that_drives_the_engine_fails_alone(how):
     assert re.search(REENTRY, str(bad.exception.__cause__))
     for h in handles:  # nothing of their streams was taken by the callback
         assert [ev.token for ev in h] == h.tokens and h.status is Status.FINISHED
+
+
+def test_a_list_prompt_is_copied_at_admission():
+    others = healthy(4, seed=2)
+    want = tokens_alone([*others, Request("l", (5, 6, 7), SamplingParams(temperature=0.0))])
+    eng = fake_engine()
+    handles = [eng.submit(r) for r in others]
+    prompt = [5, 6, 7]
+    h = eng.submit(Request("l", prompt, SamplingParams(temperature=0.0)))
+    prompt[0] = 999  # outside the vocabulary: it would fail every running request's step
+    prompt.append(1000)
+    eng.run()
+    assert [x.status for x in [*handles, h]] == [Status.FINISHED] * 5
+    assert {x.request_id: x.tokens for x in [*handles, h]} == want
+    with pytest.raises(InvalidRequestError, match=r"prompt\[0\]=999"):
+        eng.submit(Request("m", prompt))
+
+
+@pytest.mark.parametrize("bad", ["now", [1.0], object(), True, float("nan"), float("inf"),
+                                 1 + 2j])
+def test_submit_refuses_an_arrival_time_that_is_no_finite_number(bad):
+    eng = fake_engine()
+    with pytest.raises(InvalidRequestError,
+                       match=r"arrival_time=.*must be a finite real number"):
+        eng.submit(Request("a", (1, 2)), arrival_time=bad)
+    assert not eng.waiting and not eng.active and eng.metrics.errors["invalid_request"] == 1
+
+
+@pytest.mark.parametrize("ok", [0, 12.5, np.float64(3.0), np.float32(2.0)])
+def test_submit_takes_a_real_arrival_time(ok):
+    eng = fake_engine()
+    h = eng.submit(Request("a", (1, 2)), arrival_time=ok)
+    eng.run()
+    assert h.status is Status.FINISHED and eng.metrics.requests[0].ttft_s > 0

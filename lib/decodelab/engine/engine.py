@@ -42,7 +42,8 @@ from decodelab.engine.requests import (
     Request,
     Sequence,
     Status,
-    validate_request,
+    admit,
+    check_arrival_time,
 )
 from decodelab.engine.runner import ModelRunner
 from decodelab.engine.scheduler import Scheduler, SchedulerConfig
@@ -110,12 +111,15 @@ class Engine:
 
     # ------------------------------------------------------------------ client side
     def submit(self, request: Request, *, arrival_time: float | None = None) -> RequestHandle:
-        """Validate and queue a request; InvalidRequestError leaves the engine untouched.
+        """Validate and queue a request (its prompt copied first: :func:`admit`);
+        InvalidRequestError leaves the engine untouched.
 
         ``arrival_time`` (a ``time.perf_counter`` value, default now) is when the request
         arrived, the start of its time to first token."""
         try:
-            validate_request(request, self.limits)
+            request = admit(request, self.limits)
+            t_arrival = (time.perf_counter() if arrival_time is None
+                         else check_arrival_time(arrival_time))
             if request.request_id in self.active:
                 raise InvalidRequestError(f"Request.request_id={request.request_id!r}: must be "
                                           "unique among active requests")
@@ -124,7 +128,6 @@ class Engine:
             raise
         p = request.params
         seed = p.seed if p.seed is not None else (self.cfg.seed * SEED_STRIDE + self._arrivals)
-        t_arrival = arrival_time if arrival_time is not None else time.perf_counter()
         seq = Sequence(request, arrival=self._arrivals, seed=seed, t_arrival=t_arrival)
         self._arrivals += 1
         self.waiting.append(seq)

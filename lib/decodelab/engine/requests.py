@@ -12,11 +12,12 @@ launched on the device but not yet seen by the host, blocks, slot, status and ti
 from __future__ import annotations
 
 import enum
+import math
 import numbers
 import struct
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from decodelab.core.validate import ConfigError, check_float, check_int
@@ -168,6 +169,24 @@ def validate_request(req: Request, limits: Limits) -> None:
                                   f"must be in [1, {limits.max_model_len - 1}] tokens")
     if req.on_token is not None and not callable(req.on_token):
         raise InvalidRequestError(f"{own}.on_token={req.on_token!r}: must be callable or None")
+
+
+def admit(req: Request, limits: Limits) -> Request:
+    """The request as the engine keeps it, validated: a list prompt copied into a tuple first,
+    so that a client changing its list later cannot bypass :func:`validate_request`."""
+    if isinstance(req.prompt, list):
+        req = replace(req, prompt=tuple(req.prompt))
+    validate_request(req, limits)
+    return req
+
+
+def check_arrival_time(value: Any) -> float:
+    """``Engine.submit``'s ``arrival_time`` as a float, or InvalidRequestError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise InvalidRequestError(f"Engine.submit(arrival_time={value!r}) "
+                                  f"({type(value).__name__}): must be a finite real number, "
+                                  "not a bool (a time.perf_counter() value), or None for now")
+    return float(value)
 
 
 class Status(enum.Enum):
