@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import fields
+
 import numpy as np
 import pytest
 
-from decodelab.core.validate import ConfigError
+from decodelab.core.validate import ConfigError, check_bool
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.requests import (
     InvalidRequestError,
@@ -104,3 +107,23 @@ def test_the_engine_refuses_to_start_beyond_its_pool():
         Engine(model, EngineConfig(eos_token_id=48))
     with pytest.raises(ConfigError, match=r"sampler='fused': needs a CUDA device"):
         Engine(model, EngineConfig(sampler="fused"))
+
+
+@pytest.mark.parametrize("cls", [SamplingParams, EngineConfig])
+@pytest.mark.parametrize("value", ["no", "False", "yes", None, 0, 1, 1.0])
+def test_every_bool_field_takes_a_bool_only(cls, value):
+    names = [f.name for f in fields(cls) if f.type == "bool"]
+    assert names
+    for name in names:
+        with pytest.raises(ConfigError, match=re.escape(f"{cls.__name__}.{name}={value!r}")
+                           + r" \(\w+\): must be a bool"):
+            cls(**{name: value})
+
+
+def test_numpy_bools_are_bools():
+    assert SamplingParams(ignore_eos=np.bool_(True)).ignore_eos
+    EngineConfig(use_graphs=np.False_, async_output=np.True_, static_inputs=True,
+                 sync_phases=False)
+    check_bool("X", "flag", np.bool_(False))
+    with pytest.raises(ConfigError, match=r"X.flag=array\(\[ True\]\) \(ndarray\)"):
+        check_bool("X", "flag", np.array([True]))

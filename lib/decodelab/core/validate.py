@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+import numpy as np
+
 
 class ConfigError(ValueError):
     """A bad user-supplied value. The CLI turns it into exit code 2."""
@@ -30,6 +32,14 @@ def check_float(owner: str, name: str, value: Any, low: float, high: float, *,
     too_high = value >= high if high_open else value > high
     if too_low or too_high or value != value:  # value != value: NaN
         raise ConfigError(f"{owner}.{name}={value!r}: must be {allowed}")
+
+
+def check_bool(owner: str, name: str, value: Any) -> None:
+    """``value`` must be a bool (Python's or NumPy's): a switch read by truthiness would take
+    'no', 'False' and 1 for True, and None for False."""
+    if not isinstance(value, bool | np.bool_):
+        raise ConfigError(f"{owner}.{name}={value!r} ({type(value).__name__}): must be a bool "
+                          "(True or False)")
 
 
 def check_choice(owner: str, name: str, value: Any, allowed: Collection[Any]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from decodelab.core.validate import ConfigError, check_choice, check_int
+from decodelab.core.validate import ConfigError, check_bool, check_choice, check_int
 
 SAMPLERS = ("auto", "fused", "torch")
 
@@ -52,6 +52,8 @@ class EngineConfig:
         check_int(own, "max_partial_k", self.max_partial_k, 0)
         check_int(own, "keep_steps", self.keep_steps, 1)
         check_choice(own, "sampler", self.sampler, SAMPLERS)
+        for switch in ("use_graphs", "async_output", "static_inputs", "sync_phases"):
+            check_bool(own, switch, getattr(self, switch))
 
     def context_limit(self, vocab_size: int, pool_tokens: int, max_positions: int) -> int:
         """The longest context the engine serves, checked against the model and its KV pool

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from decodelab.core.validate import ConfigError, check_float, check_int
+from decodelab.core.validate import ConfigError, check_bool, check_float, check_int
 
 MAX_SEED = 2**63 - 1
 # A temperature below this is greedy (vLLM's rule). Host and device compare the float32 value
@@ -93,6 +93,7 @@ class SamplingParams:
             if not isinstance(seq, tuple) or not seq:
                 raise ConfigError(f"{own}.stop_sequences[]={seq!r}: must be a non-empty tuple "
                                   "of token ids")
+        check_bool(own, "ignore_eos", self.ignore_eos)
 
     @property
     def greedy(self) -> bool:
