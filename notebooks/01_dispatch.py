@@ -51,10 +51,10 @@ plots.use_style()
 # %% [markdown]
 # ## Measure on this machine
 #
-# With CUDA, the profile's plan measures every mode; on a CPU only `eager` is real (CUDA graphs
-# need a GPU), so the CPU backend's per-operator host cost is measured instead. A progress bar
-# counts the points (each is timed, then profiled). Results go to `data/local/dispatch.csv` and
-# are merged below with the shipped H200 reference.
+# The `gpu` profile (it needs CUDA) measures every mode; `cpu` and `smoke` measure the CPU, where
+# only `eager` is real (CUDA graphs need a GPU), so the CPU backend's per-operator host cost is
+# measured instead. A progress bar counts the points (each is timed, then profiled). Results go
+# to `data/local/dispatch.csv` and are merged below with the shipped H200 reference.
 
 # %%
 failures = nb.measure_and_store(params.profile) if params.measure_live else []

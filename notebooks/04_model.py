@@ -67,7 +67,7 @@ plots.use_style()
 written = nb.run_local_bench(params)
 tables = nb.load_tables()
 pm = tables.get("paged_model")
-display(Markdown(f"Local run: profile `{params.bench_profile}`, "
+display(Markdown(f"Local run: profile `{params.profile}`, "
                  + (f"wrote {', '.join(f'`{p.name}`' for p in written)}." if written
                     else "skipped.")))
 if pm is None:

@@ -61,6 +61,30 @@ def test_one_phase_refusing_its_input_exits_2(capsys, tmp_path, monkeypatch):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("argv", [
+    ["bench", "dispatch", "--profile", "gpu"], ["bench", "paged_model", "--profile", "gpu"],
+    ["bench", "all", "--profile", "gpu"], ["env", "--profile", "gpu"],
+    ["run", "04_runtime", "--profile", "gpu"], ["run", "04_model", "-p", "profile", "gpu"],
+    ["report", "--profile", "gpu"],
+])
+def test_gpu_profile_without_cuda_is_refused_in_one_line(capsys, tmp_path, local_results,
+                                                         monkeypatch, argv):
+    """The one policy (core.profiles.measured_device): ``gpu`` on a machine without CUDA is
+    refused, never measured at CPU sizes instead, in every command."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "out"
+    code = main([*argv, *([] if argv[0] == "env" else ["--out", str(out)])])
+    captured = capsys.readouterr()
+    assert code == 2
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "'gpu' needs a CUDA GPU and none is visible; use 'cpu', " \
+        "'smoke' or 'auto'" in lines[0], captured.err
+    assert captured.out == ""
+    assert not out.exists() and not local_results.exists()
+
+
 def test_unknown_reference_folder_is_refused_with_the_folders_that_exist(capsys, tmp_path,
                                                                          local_results):
     """A reference folder that does not exist used to render '0 of 7 regimes have data'."""

@@ -12,6 +12,7 @@ from decodelab.core.results import load_table
 from decodelab.core.validate import ConfigError
 from decodelab.dispatch import (
     MODES,
+    DispatchBenchConfig,
     ModeMismatchError,
     bench,
     check_against_eager,
@@ -19,7 +20,6 @@ from decodelab.dispatch import (
     graph_ratios,
     make_step,
     nearest_point,
-    plan_for,
 )
 from decodelab.dispatch.measure import _busy_us, profile_counts, time_steps
 from decodelab.dispatch.notebook import NotebookParams
@@ -162,11 +162,11 @@ def test_time_and_profile_eager_on_cpu():
 
 def test_plans_validate_profiles():
     with pytest.raises(ConfigError, match="profile"):
-        plan_for("huge")
+        DispatchBenchConfig.for_profile("huge")
     if not torch.cuda.is_available():
-        with pytest.raises(ConfigError, match="needs CUDA"):
-            plan_for("gpu")
-    plan = plan_for("cpu")
+        with pytest.raises(ConfigError, match="'gpu' needs a CUDA GPU and none is visible"):
+            DispatchBenchConfig.for_profile("gpu")
+    plan = DispatchBenchConfig.for_profile("cpu")
     assert plan.device == "cpu" and plan.named_modes == ("eager",)
     sweep = plan.sweep_configs()
     assert sweep[0] == plan.base and len(set(sweep)) == len(sweep)

@@ -162,7 +162,7 @@ def test_figures_render():
 def test_notebook_params():
     from decodelab.core.validate import ConfigError
 
-    assert nb.NotebookParams(profile="smoke", interactive=False).bench_profile == "smoke"
+    assert nb.NotebookParams(profile="smoke", interactive=False).profile == "smoke"
     with pytest.raises(ConfigError, match="context"):
         nb.NotebookParams(profile="smoke", context=0)
 

@@ -14,7 +14,7 @@ from decodelab.persistent import bench as persistent_bench
 from decodelab.persistent import kernel as persistent
 from decodelab.persistent import validation
 from decodelab.persistent.library import DESIGNS, EXCHANGES
-from decodelab.persistent.sweep import NAMED, launch_configs, sweep_plan
+from decodelab.persistent.sweep import NAMED, PersistentBenchConfig, launch_configs
 from decodelab.toy import step as toy
 
 
@@ -67,14 +67,15 @@ def test_needs_a_cuda_gpu(tmp_path):
 
 def test_sweep_plans_and_launches():
     for profile in ("smoke", "gpu"):
-        plan = sweep_plan(profile)
+        plan = PersistentBenchConfig.for_profile(profile)
         for sweep, cfg in plan.shapes:
             persistent.check_shape(cfg)
             launches = launch_configs(sweep, cfg, cluster=True)
             assert launches and len(set(launches)) == len(launches)
             without = launch_configs(sweep, cfg, cluster=False)
             assert all(persistent.exchange_of(k.variant) != "cluster" for k in without)
-    named = {cfg.hidden for sweep, cfg in sweep_plan("gpu").shapes if sweep == "named"}
+    gpu = PersistentBenchConfig.for_profile("gpu")
+    named = {cfg.hidden for sweep, cfg in gpu.shapes if sweep == "named"}
     assert named == {toy.named(n).hidden for n in NAMED}
     every = {k.variant for k in launch_configs("named", toy.named("h256"), cluster=True)}
     assert every == set(persistent.VARIANTS)  # the named shapes run every variant

@@ -16,7 +16,7 @@ from decodelab.core import kernel_build
 from decodelab.persistent import analysis, library, model, profile, rows, validation
 from decodelab.persistent import bench as pb
 from decodelab.persistent import kernel as persistent
-from decodelab.persistent.sweep import sweep_plan
+from decodelab.persistent.sweep import PersistentBenchConfig
 from decodelab.toy import step as toy
 
 
@@ -78,7 +78,8 @@ def test_bench_records_a_failing_variant_and_goes_on(monkeypatch):
         rows.Timing(1000, 1e6, 1.0), rows.Clock(1000.0, 2.0, 1100.0), stages))
     barriers = [{"barrier": "syncthreads", "threads": 256, "blocks": 1, "us": 0.02,
                  "cycles": 40.0}]
-    got, stage_rows = pb.variant_rows("hidden", cfg, w, x0, ref, sweep_plan("gpu"), barriers, 0.0)
+    plan = PersistentBenchConfig.for_profile("gpu")
+    got, stage_rows = pb.variant_rows("hidden", cfg, w, x0, ref, plan, barriers, 0.0)
     by = {r.variant: r for r in got}
     assert {"block_fixed", "block_wide", "grid_wide", "block_wide_fold"} <= set(by)
     assert by["block_wide"].validated and by["block_wide"].steps_per_s == 1e6

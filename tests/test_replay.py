@@ -233,14 +233,14 @@ def test_tradeoff_rejects_bad_k():
 ])
 def test_replay_config_rejects_bad_values(kwargs, match):
     with pytest.raises(ConfigError, match=match):
-        replay.ReplayConfig(**kwargs)
+        replay.ReplayBenchConfig(**kwargs)
 
 
 def test_profiles_build_valid_configs():
     for profile in ("smoke", "cpu", "gpu"):
-        replay.ReplayConfig.for_profile(profile)
+        replay.ReplayBenchConfig.for_profile(profile)
     with pytest.raises(ConfigError, match="profile='fast'"):
-        replay.ReplayConfig.for_profile("fast")
+        replay.ReplayBenchConfig.for_profile("fast")
 
 
 def test_notebook_params_validate():
@@ -301,7 +301,7 @@ def test_k_step_graphs_equal_k_eager_steps(config):
     tc = toy.named(config)
     weights = toy.make_weights(tc, "cuda")
     starts = [toy.initial_state(tc, "cuda"), toy.initial_state(tc, "cuda", seed=tc.seed + 1000)]
-    for k in replay.ReplayConfig().k_values:
+    for k in replay.ReplayBenchConfig().k_values:
         captured = graphs.CapturedSteps(weights, starts[0], k)
         err = replay.validate_captured(weights, starts, captured)  # raises on any mismatch
         assert err <= toy.state_tolerance(starts[0], tc.torch_dtype) * 10

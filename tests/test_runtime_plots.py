@@ -58,7 +58,7 @@ def test_summary_names_targets(tables):
 
 
 def test_notebook_params_validate():
-    assert NotebookParams("smoke", False).bench_profile == "smoke"
+    assert NotebookParams("smoke", False).profile == "smoke"
     with pytest.raises(ConfigError, match="04_runtime.profile"):
         NotebookParams("fast", False)
     with pytest.raises(ConfigError, match="04_runtime.run_bench"):

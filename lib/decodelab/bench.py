@@ -40,6 +40,8 @@ def run_all(phases: list[str], profile: str, out_dir: Path, *, isolate: bool = T
     process: a profiler attached by one phase (CUPTI stays attached and slows later launches),
     compiled-graph caches or a fragmented allocator must not change the next phase's numbers.
     """
+    from decodelab.core.device import has_cuda
+
     failed, skipped, refused = [], [], []
     isolate = isolate and len(phases) > 1
     for phase in phases:
@@ -51,7 +53,7 @@ def run_all(phases: list[str], profile: str, out_dir: Path, *, isolate: bool = T
             code = subprocess.run(cmd, check=False).returncode
         else:
             code = _run_in_process(phase, profile, out_dir)
-        if code == 2 and len(phases) > 1 and not _has_cuda():  # GPU-only phase in `bench all`
+        if code == 2 and len(phases) > 1 and not has_cuda():  # GPU-only phase in `bench all`
             skipped.append(phase)
             state = "skipped (needs a CUDA GPU)"
         elif code == 2:  # the one phase asked for refused its input: say so, exit 2
@@ -69,12 +71,6 @@ def run_all(phases: list[str], profile: str, out_dir: Path, *, isolate: bool = T
         print(f"[bench] failed phases: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 2 if refused else 0
-
-
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def _run_in_process(phase: str, profile: str, out_dir: Path) -> int:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from decodelab.core import paths
-from decodelab.core.profiles import CHOICES, resolve_profile
+from decodelab.core.profiles import CHOICES, measured_device, resolve_profile
 from decodelab.core.validate import ConfigError
 
 REPORT_FILE = "decodelab-report.html"
@@ -27,13 +27,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _check_profile(value: str | None) -> str:
-    return resolve_profile(value)  # None and "auto": the hardware decides
+    """The profile to run (None and "auto": the hardware decides); one this machine cannot
+    measure (``gpu`` without CUDA) is refused here, before any phase or notebook starts."""
+    profile = resolve_profile(value)
+    measured_device(profile)
+    return profile
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from decodelab.core.device import collect_info, has_cuda
+    from decodelab.core.device import collect_info
     from decodelab.core.results import to_frame
     from decodelab.env.calibrate import CalibrationConfig, calibrate
 
@@ -42,8 +46,7 @@ def _cmd_env(args: argparse.Namespace) -> int:
     print(info.to_string())
     if args.no_calibrate:
         return 0
-    cfg = CalibrationConfig("smoke" if profile == "smoke" else ("gpu" if has_cuda() else "cpu"))
-    cal = to_frame(calibrate(cfg))
+    cal = to_frame(calibrate(CalibrationConfig.for_profile(profile)))
     with pd.option_context("display.width", 160):
         print(cal[["quantity", "value", "unit", "q1", "q3", "detail"]].to_string(index=False))
     return 0

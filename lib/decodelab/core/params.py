@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from decodelab.core.profiles import AUTO, CHOICES, resolve_profile
+from decodelab.core.profiles import AUTO, CHOICES, measured_device, resolve_profile
 from decodelab.core.validate import ConfigError
 
 
@@ -111,6 +111,7 @@ class NotebookParams:
                                   f"{allowed.describe(field.default)}")
         if self.profile == AUTO:  # the hardware decides, here and nowhere else
             object.__setattr__(self, "profile", resolve_profile(AUTO))
+        measured_device(self.profile, f"{self.NOTEBOOK}.profile")  # gpu needs CUDA
         self.check()
 
     def check(self) -> None:

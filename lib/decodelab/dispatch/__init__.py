@@ -12,12 +12,12 @@ of that do CUDA graphs and torch.compile remove?
 from __future__ import annotations
 
 from decodelab.dispatch.analysis import SEED_CPU_REDUCTION, crossovers, graph_ratios, nearest_point
-from decodelab.dispatch.bench import TABLE, BenchPlan, DispatchRow, bench, plan_for, run
+from decodelab.dispatch.bench import TABLE, DispatchBenchConfig, DispatchRow, bench, run
 from decodelab.dispatch.check import ModeMismatchError, check_against_eager
 from decodelab.dispatch.measure import profile_counts, time_steps
 from decodelab.dispatch.modes import MODES, make_step
 
-__all__ = ["MODES", "SEED_CPU_REDUCTION", "TABLE", "BenchPlan", "DispatchRow",
+__all__ = ["MODES", "SEED_CPU_REDUCTION", "TABLE", "DispatchBenchConfig", "DispatchRow",
            "ModeMismatchError", "bench", "check_against_eager", "crossovers",
-           "graph_ratios", "make_step", "nearest_point", "plan_for", "profile_counts", "run",
+           "graph_ratios", "make_step", "nearest_point", "profile_counts", "run",
            "time_steps"]

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from decodelab.core.profiles import PROFILES
-from decodelab.core.validate import ConfigError, check_choice
+from decodelab.core.profiles import PROFILES, measured_device
+from decodelab.core.validate import check_choice
 from decodelab.dispatch.analysis import SWEEP_AXES
 from decodelab.dispatch.check import CheckResult, check_against_eager
 from decodelab.dispatch.measure import ProfileCounts, StepTiming, profile_counts, time_steps
@@ -29,7 +29,7 @@ TABLE = "dispatch"
 
 
 @dataclass(frozen=True, slots=True)
-class BenchPlan:
+class DispatchBenchConfig:
     """What one profile measures, and how long it samples each point."""
 
     device: str
@@ -45,6 +45,30 @@ class BenchPlan:
     profile_steps: int
     check_steps: int
 
+    @classmethod
+    def for_profile(cls, profile: str) -> DispatchBenchConfig:
+        """The plan of ``profile`` on its :func:`~decodelab.core.profiles.measured_device`
+        (``gpu``: CUDA, refused without it; ``cpu`` and ``smoke``: the CPU backend, eager)."""
+        check_choice("dispatch.bench", "profile", profile, PROFILES)
+        device = measured_device(profile)
+        if profile == "gpu":
+            # Around "medium" the eager step crosses from host- to device-bound inside the ranges.
+            return cls(device=device, base=toy.named("medium"), named=tuple(toy.NAMED_CONFIGS),
+                       named_modes=("eager", "cuda_graph", "compile", "compile_graphs"),
+                       sweep_modes=("eager", "cuda_graph"),
+                       hidden=(16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
+                       layers=(1, 2, 4, 8, 16), batch=(1, 4, 16, 64, 256), repeats=11,
+                       target_s=0.005, profile_steps=20, check_steps=100)
+        if profile == "cpu":
+            return cls(device=device, base=toy.named("h256"),
+                       named=("ultra-light", "h256", "medium"), named_modes=("eager",),
+                       sweep_modes=("eager",), hidden=(16, 64, 256, 1024), layers=(1, 4, 16),
+                       batch=(1, 16, 64), repeats=7, target_s=0.02, profile_steps=10,
+                       check_steps=100)
+        return cls(device=device, base=toy.named("ultra-light"), named=("ultra-light",),
+                   named_modes=("eager",), sweep_modes=("eager",), hidden=(16, 64), layers=(1,),
+                   batch=(1,), repeats=3, target_s=1e-3, profile_steps=3, check_steps=100)
+
     def sweep_configs(self) -> list[toy.ToyConfig]:
         """One factor at a time around ``base`` (the base point once)."""
         configs = [self.base]
@@ -52,30 +76,6 @@ class BenchPlan:
             configs += [self.base.with_(**{axis: v}) for v in values
                         if v != getattr(self.base, axis)]
         return configs
-
-
-def plan_for(profile: str) -> BenchPlan:
-    """The plan of ``profile``; ``gpu`` needs CUDA, ``cpu`` measures the CPU backend."""
-    check_choice("dispatch.bench", "profile", profile, PROFILES)
-    cuda = torch.cuda.is_available()
-    if profile == "gpu":
-        if not cuda:
-            raise ConfigError("dispatch bench profile 'gpu' needs CUDA; use 'cpu' or 'smoke'")
-        # Around "medium" the eager step crosses from host- to device-bound inside the ranges.
-        return BenchPlan("cuda", toy.named("medium"), tuple(toy.NAMED_CONFIGS),
-                         ("eager", "cuda_graph", "compile", "compile_graphs"),
-                         ("eager", "cuda_graph"),
-                         (16, 32, 64, 128, 256, 512, 1024, 2048, 4096), (1, 2, 4, 8, 16),
-                         (1, 4, 16, 64, 256), repeats=11, target_s=0.005, profile_steps=20,
-                         check_steps=100)
-    if profile == "cpu":
-        return BenchPlan("cpu", toy.named("h256"), ("ultra-light", "h256", "medium"), ("eager",), ("eager",),
-                         (16, 64, 256, 1024), (1, 4, 16), (1, 16, 64), repeats=7, target_s=0.02,
-                         profile_steps=10, check_steps=100)
-    device = "cuda" if cuda else "cpu"
-    modes = ("eager", "cuda_graph") if cuda else ("eager",)
-    return BenchPlan(device, toy.named("ultra-light"), ("ultra-light",), modes, modes, (16, 64), (1,), (1,), repeats=3,
-                     target_s=1e-3, profile_steps=3, check_steps=100)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +119,7 @@ def build(point: Point, device: str) -> tuple[Stepper, toy.ToyWeights, torch.Ten
     return make_step(weights, x0, mode), weights, x0, x1
 
 
-def time_point(point: Point, plan: BenchPlan) -> tuple[CheckResult, StepTiming, float]:
+def time_point(point: Point, plan: DispatchBenchConfig) -> tuple[CheckResult, StepTiming, float]:
     """Build, validate against eager, then time one point: (check, timing, setup_s)."""
     stepper, weights, x0, x1 = build(point, plan.device)
     check = check_against_eager(stepper, weights, x0, x1, plan.check_steps)
@@ -128,8 +128,8 @@ def time_point(point: Point, plan: BenchPlan) -> tuple[CheckResult, StepTiming, 
     return check, timing, stepper.setup_s
 
 
-def to_row(point: Point, plan: BenchPlan, check: CheckResult, t: StepTiming, setup_s: float,
-           counts: ProfileCounts) -> DispatchRow:
+def to_row(point: Point, plan: DispatchBenchConfig, check: CheckResult, t: StepTiming,
+           setup_s: float, counts: ProfileCounts) -> DispatchRow:
     cfg, mode, name = point
     on_cuda = plan.device == "cuda"
     idle = max(0.0, 1.0 - counts.device_us / t.wall_us) if on_cuda else math.nan
@@ -141,7 +141,7 @@ def to_row(point: Point, plan: BenchPlan, check: CheckResult, t: StepTiming, set
                        check.max_state_err, t.inner, t.repeats)
 
 
-def points(plan: BenchPlan) -> list[Point]:
+def points(plan: DispatchBenchConfig) -> list[Point]:
     """(config, mode, config name) in measurement order."""
     todo = [(toy.named(n), m, n) for n in plan.named for m in plan.named_modes]
     todo += [(c, m, "sweep") for c in plan.sweep_configs() for m in plan.sweep_modes]
@@ -153,7 +153,7 @@ def _label(point: Point) -> str:
     return f"{name} H={cfg.hidden} L={cfg.layers} B={cfg.batch} {mode}"
 
 
-def run(plan: BenchPlan, log=print) -> tuple[list[DispatchRow], list[str]]:
+def run(plan: DispatchBenchConfig, log=print) -> tuple[list[DispatchRow], list[str]]:
     """Validate and time every point, then profile each; a failing point is logged and
     skipped. Returns (rows, failures)."""
     timed, failures = {}, []
@@ -189,7 +189,7 @@ def bench(profile: str, out_dir: Path) -> list[Path]:
     """
     from decodelab.core.results import write_table
 
-    plan = plan_for(profile)
+    plan = DispatchBenchConfig.for_profile(profile)
     with torch.no_grad():
         rows, failures = run(plan, log=lambda s: print(s, flush=True))
     written = [write_table(TABLE, rows, out_dir=out_dir, config=plan, profile=profile)] if rows else []

@@ -28,9 +28,9 @@ def measure(profile: str) -> tuple[list, list[str]]:
     import torch
     from tqdm.auto import tqdm
 
-    from decodelab.dispatch.bench import plan_for, points, run
+    from decodelab.dispatch.bench import DispatchBenchConfig, points, run
 
-    plan = plan_for(profile)
+    plan = DispatchBenchConfig.for_profile(profile)
     with tqdm(total=2 * len(points(plan)), desc="dispatch points (time, then profile)",
               unit="pt") as bar:
         def log(line: str) -> None:
@@ -45,11 +45,12 @@ def measure(profile: str) -> tuple[list, list[str]]:
 def measure_and_store(profile: str) -> list[str]:
     """Measure, write table ``dispatch`` under ``data/local/`` and return the failures."""
     from decodelab.core.results import write_table
-    from decodelab.dispatch.bench import TABLE, plan_for
+    from decodelab.dispatch.bench import TABLE, DispatchBenchConfig
 
     rows, failures = measure(profile)
     if rows:
-        write_table(TABLE, rows, config=plan_for(profile), profile=profile)
+        write_table(TABLE, rows, config=DispatchBenchConfig.for_profile(profile),
+                    profile=profile)
     return failures
 
 

@@ -31,13 +31,6 @@ class NotebookParams(BaseParams):
 
     run_bench: bool = param(True, "measure this machine (False: stored results only)")
 
-    @property
-    def bench_profile(self) -> str:
-        """The bench profile this machine can run (``gpu`` needs CUDA)."""
-        from decodelab.core.device import has_cuda
-
-        return "cpu" if self.profile == "gpu" and not has_cuda() else self.profile
-
 
 class _LogToStderr(io.TextIOBase):
     """The bench's ``[bench]`` progress lines go to stderr (shown while a cell runs, left out
@@ -62,7 +55,7 @@ def run_local_bench(params: NotebookParams) -> tuple[list[Path], list[str]]:
         return [], []
     log = _LogToStderr()
     with contextlib.redirect_stdout(log):
-        written = bench(params.bench_profile, paths.local_dir())
+        written = bench(params.profile, paths.local_dir())
     return written, log.problems
 
 

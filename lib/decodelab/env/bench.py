@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from decodelab.core.device import has_cuda
 from decodelab.core.results import write_table
 from decodelab.env.calibrate import CalibrationConfig, calibrate
 
 
 def bench(profile: str, out_dir: Path) -> list[Path]:
     """``python -m decodelab bench env``: the calibration table ``environment``."""
-    cfg = CalibrationConfig("smoke" if profile == "smoke" else ("gpu" if has_cuda() else "cpu"))
+    cfg = CalibrationConfig.for_profile(profile)
     return [write_table("environment", calibrate(cfg), out_dir=out_dir, config=cfg,
                         profile=profile)]

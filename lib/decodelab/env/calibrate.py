@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from decodelab.core.device import has_cuda
+from decodelab.core.profiles import measured_device
 from decodelab.core.timing import Timing, TimingConfig, cuda_sync, summarize, time_cuda, time_host
 from decodelab.core.validate import check_choice
 
@@ -24,6 +25,17 @@ class CalibrationConfig:
 
     def __post_init__(self) -> None:
         check_choice("CalibrationConfig", "profile", self.profile, ("smoke", "cpu", "gpu"))
+
+    @classmethod
+    def for_profile(cls, profile: str) -> CalibrationConfig:
+        """The sizes a run of ``profile`` calibrates at: ``smoke``'s smallest, else those of
+        the device :func:`calibrate` measures (the GPU wherever one is visible: the ceilings
+        are the machine's, whatever the profile). ``gpu`` without CUDA is refused
+        (:func:`~decodelab.core.profiles.measured_device`)."""
+        measured_device(profile)
+        if profile == "smoke":
+            return cls("smoke")
+        return cls("gpu" if has_cuda() else "cpu")
 
     @property
     def copy_mib(self) -> int:

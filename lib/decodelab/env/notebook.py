@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from decodelab.core.device import has_cuda
 from decodelab.core.params import NotebookParams as BaseParams
 from decodelab.core.params import param
 from decodelab.env.calibrate import CalibrationConfig
@@ -22,6 +21,4 @@ class NotebookParams(BaseParams):
 
     @property
     def calibration(self) -> CalibrationConfig:
-        if self.profile == "smoke":
-            return CalibrationConfig("smoke")
-        return CalibrationConfig("gpu" if has_cuda() else "cpu")
+        return CalibrationConfig.for_profile(self.profile)

@@ -31,19 +31,12 @@ class NotebookParams(BaseParams):
     context: int = param(512, "tokens of context the prose reads the step at", low=1,
                          high=1 << 20)
 
-    @property
-    def bench_profile(self) -> str:
-        """The bench profile this machine can run (``gpu`` needs CUDA)."""
-        from decodelab.core.device import has_cuda
-
-        return "cpu" if self.profile == "gpu" and not has_cuda() else self.profile
-
 
 def run_local_bench(params: NotebookParams) -> list[Path]:
     from decodelab.core import paths
     from decodelab.model.bench import bench
 
-    return bench(params.bench_profile, paths.local_dir()) if params.run_bench else []
+    return bench(params.profile, paths.local_dir()) if params.run_bench else []
 
 
 def load_tables() -> dict[str, pd.DataFrame]:

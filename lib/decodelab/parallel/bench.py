@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from decodelab.core.profiles import measured_device
 from decodelab.core.results import write_table
 from decodelab.core.timing import TimingConfig, copy_bandwidth_gb_s, median_times
 from decodelab.model.block_pool import blocks_needed
@@ -60,6 +61,7 @@ SPARE_BLOCKS = 8  # beyond the one batch-1 sequence of the profiled step
 
 def bench(profile: str, out_dir: Path) -> list[Path]:
     cfg = TPBenchConfig.for_profile(profile)
+    measured_device(profile)  # gpu without CUDA: refused before any process group starts
     if os.environ.get("DECODELAB_STACK_DUMP_S"):  # diagnosis: every thread's stack, once
         faulthandler.dump_traceback_later(int(os.environ["DECODELAB_STACK_DUMP_S"]))
     for m in cfg.models:  # refuse before any process group or device is touched

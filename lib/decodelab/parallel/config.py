@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from decodelab.core.device import has_cuda
 from decodelab.core.profiles import PROFILES
 from decodelab.core.timing import TimingConfig
 from decodelab.core.validate import check_choice
@@ -36,16 +35,22 @@ class TPBenchConfig:
             named_config(m)
 
     @classmethod
-    def for_profile(cls, profile: str, cuda: bool | None = None) -> TPBenchConfig:
-        if profile == "gpu" and (has_cuda() if cuda is None else cuda):
-            return cls(profile, ("llama-3.2-1b", "llama-3.1-8b"), "bfloat16",
-                       (1, 2, 4, 8, 16, 32, 64, 128), (1, 8, 32, 128), 512, SWEEP_BYTES)
+    def for_profile(cls, profile: str) -> TPBenchConfig:
+        """The sizes of ``profile`` on any machine (``bench`` refuses ``gpu`` without CUDA:
+        :func:`~decodelab.core.profiles.measured_device`)."""
+        if profile == "gpu":
+            return cls(profile=profile, models=("llama-3.2-1b", "llama-3.1-8b"),
+                       dtype="bfloat16", graph_batches=(1, 2, 4, 8, 16, 32, 64, 128),
+                       eager_batches=(1, 8, 32, 128), context=512, sweep_bytes=SWEEP_BYTES)
         if profile == "smoke":
-            return cls(profile, ("tiny",), "float32", (), (1, 4), 32, (1 << 10, 1 << 14),
+            return cls(profile=profile, models=("tiny",), dtype="float32", graph_batches=(),
+                       eager_batches=(1, 4), context=32, sweep_bytes=(1 << 10, 1 << 14),
                        sweep_ops=4, sweep_samples=3, check_tokens=4, warmup=1, repeats=2,
                        inner=2)
-        return cls(profile, ("tiny",), "float32", (), (1, 4, 16), 64,
-                   tuple(1 << k for k in range(10, 21, 2)), sweep_ops=8, sweep_samples=5)
+        return cls(profile=profile, models=("tiny",), dtype="float32", graph_batches=(),
+                   eager_batches=(1, 4, 16), context=64,
+                   sweep_bytes=tuple(1 << k for k in range(10, 21, 2)), sweep_ops=8,
+                   sweep_samples=5)
 
     @property
     def timing(self) -> TimingConfig:

@@ -33,11 +33,15 @@ class NotebookParams(BaseParams):
 
 
 def local_plan(profile: str) -> tuple[str, str]:
-    """(bench profile, backend) this machine can run: NCCL across GPUs only with two or more
-    of them and the ``gpu`` profile; otherwise gloo on the CPU (``smoke`` stays ``smoke``)."""
+    """(bench profile, backend) this machine can run: NCCL across GPUs only with the ``gpu``
+    profile and two or more GPUs; otherwise gloo on the CPU (``smoke`` stays ``smoke``). ``gpu``
+    without CUDA is refused (:func:`~decodelab.core.profiles.measured_device`); with one GPU,
+    two ranks cannot each have one, and the CPU run stands in."""
     import torch
 
-    if profile == "gpu" and torch.cuda.device_count() >= 2:
+    from decodelab.core.profiles import measured_device
+
+    if measured_device(profile) == "cuda" and torch.cuda.device_count() >= 2:
         return "gpu", "nccl"
     return ("smoke" if profile == "smoke" else "cpu"), "gloo"
 
@@ -45,8 +49,7 @@ def local_plan(profile: str) -> tuple[str, str]:
 def _bench_on_rank(world, profile: str, out_dir: str) -> list[Path]:
     from decodelab.parallel.bench import TPBenchConfig, run
 
-    return run(TPBenchConfig.for_profile(profile, cuda=world.device.type == "cuda"), world,
-               Path(out_dir))
+    return run(TPBenchConfig.for_profile(profile), world, Path(out_dir))
 
 
 def run_local_bench(params: NotebookParams, ranks: int = 2) -> list[Path]:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from decodelab.core.device import require_cuda
-from decodelab.core.profiles import PROFILES
+from decodelab.core.profiles import PROFILES, measured_device
 from decodelab.core.results import write_table
 from decodelab.core.validate import check_choice
 from decodelab.persistent import kernel, measure, model, validation
@@ -37,7 +37,7 @@ from decodelab.persistent.rows import (
     Timing,
     Validation,
 )
-from decodelab.persistent.sweep import SweepPlan, launch_configs, sweep_plan
+from decodelab.persistent.sweep import PersistentBenchConfig, launch_configs
 from decodelab.toy import step as toy
 
 
@@ -63,7 +63,7 @@ def _model(cfg: toy.ToyConfig, launch: Launch, clock: Clock, stages, barriers) -
                  model.peak_model_cycles(n_bar, bar, cfg.flops_per_step, launch.blocks))
 
 
-def _validated_timing(w, x0, ref, kcfg, plan: SweepPlan):
+def _validated_timing(w, x0, ref, kcfg, plan: PersistentBenchConfig):
     """Validate (with and without the stop token), then time; raises on any failure."""
     stop = validation.stop_token_for(ref)
     check = validation.validate(w, x0, ref, kcfg)
@@ -76,8 +76,8 @@ def _validated_timing(w, x0, ref, kcfg, plan: SweepPlan):
                                             check.state_tol)
 
 
-def variant_rows(sweep: str, cfg: toy.ToyConfig, w, x0, ref, plan: SweepPlan, barriers,
-                 build_s: float) -> tuple[list[PersistentRow], list[StageRow]]:
+def variant_rows(sweep: str, cfg: toy.ToyConfig, w, x0, ref, plan: PersistentBenchConfig,
+                 barriers, build_s: float) -> tuple[list[PersistentRow], list[StageRow]]:
     rows, stage_rows = [], []
     for kcfg in launch_configs(sweep, cfg, kernel.cluster_available()):
         p = kernel.plan(cfg, kcfg)
@@ -103,7 +103,7 @@ def variant_rows(sweep: str, cfg: toy.ToyConfig, w, x0, ref, plan: SweepPlan, ba
     return rows, stage_rows
 
 
-def graph_rows(sweep: str, cfg: toy.ToyConfig, w, x0, ref, plan: SweepPlan,
+def graph_rows(sweep: str, cfg: toy.ToyConfig, w, x0, ref, plan: PersistentBenchConfig,
                build_s: float) -> list[PersistentRow]:
     k1 = measure.measure_graph(w, x0, ref, 1, plan.repeats)
     multi = [(k, measure.measure_graph(w, x0, ref, k, plan.repeats)) for k in plan.graph_ks]
@@ -114,7 +114,7 @@ def graph_rows(sweep: str, cfg: toy.ToyConfig, w, x0, ref, plan: SweepPlan,
             for name, k, timing in timings]
 
 
-def shape_pass(plan: SweepPlan, t0: float, barriers, build_s: float):
+def shape_pass(plan: PersistentBenchConfig, t0: float, barriers, build_s: float):
     """Rows of every shape until the plan's time budget is spent; the shapes skipped."""
     rows: list[PersistentRow] = []
     stages: list[StageRow] = []
@@ -142,7 +142,7 @@ def run_bench(profile_name: str, out_dir: Path) -> list[Path]:
     built = load_persistent()
     print(f"[persistent] kernels for {built.arch}: {built.build_s:.1f} s "
           f"({'cached' if built.cached else 'compiled'})", flush=True)
-    plan = sweep_plan(profile_name)
+    plan = PersistentBenchConfig.for_profile(profile_name)
     attrs = kernel.device_attrs()
     warm = measure.warm_up()
     print(f"[persistent] warm-up {warm['seconds']:.2f} s: SM clock {warm['sm_clock_ghz']:.2f} GHz",
@@ -173,5 +173,6 @@ def run_bench(profile_name: str, out_dir: Path) -> list[Path]:
 def bench(profile: str, out_dir: Path) -> list[Path]:
     """Validate every variant, then measure and write the phase-3 tables."""
     check_choice("bench", "profile", profile, PROFILES)
+    measured_device(profile)  # gpu without CUDA: refused as in every phase
     require_cuda("running the persistent kernels")
     return run_bench(profile, Path(out_dir))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from decodelab.core.profiles import PROFILES
+from decodelab.core.validate import check_choice
 from decodelab.persistent.kernel import VARIANTS, KernelConfig, exchange_of
 from decodelab.toy import step as toy
 
@@ -16,7 +18,7 @@ SWEEP_VARIANTS = ("block_fixed", "block_wide", "block_wide_fold", "grid_wide", "
 
 
 @dataclass(frozen=True, slots=True)
-class SweepPlan:
+class PersistentBenchConfig:
     shapes: tuple[tuple[str, toy.ToyConfig], ...]  # (sweep name, shape)
     n_validate: int
     graph_ks: tuple[int, ...]
@@ -24,21 +26,27 @@ class SweepPlan:
     repeats: int
     budget_s: float  # shapes left when this much time has passed are skipped
 
+    @classmethod
+    def for_profile(cls, profile: str) -> PersistentBenchConfig:
+        """The sweeps of ``profile``, all on the GPU (the kernels are CUDA): ``gpu`` every
+        sweep, ``cpu`` and ``smoke`` two small shapes."""
+        check_choice("PersistentBenchConfig", "profile", profile, PROFILES)
 
-def sweep_plan(profile: str) -> SweepPlan:
-    def cfg(h: int, n_layers: int, b: int) -> toy.ToyConfig:
-        return toy.ToyConfig(hidden=h, layers=n_layers, batch=b, vocab=V)
+        def cfg(h: int, n_layers: int, b: int) -> toy.ToyConfig:
+            return toy.ToyConfig(hidden=h, layers=n_layers, batch=b, vocab=V)
 
-    if profile != "gpu":
-        shapes = (("named", cfg(64, 4, 1)), ("batch", cfg(64, 2, 2)))
-        return SweepPlan(shapes, 200, (8,), 2e-3, 3, 60.0)
-    # The named shapes first (every variant, and the tuning alternatives), so a budget cut
-    # never loses them.
-    shapes = [("named", toy.named(name)) for name in NAMED]
-    shapes += [("hidden", cfg(h, 4, 1)) for h in (16, 32, 128, 512, 1024)]
-    shapes += [("layers", cfg(h, n, 1)) for h in (64, 256) for n in (1, 2, 8)]
-    shapes += [("batch", cfg(h, 4, b)) for h in (64, 256) for b in (8, 32)]
-    return SweepPlan(tuple(shapes), 1000, (16, 64), 5e-3, 5, 120.0)
+        if profile != "gpu":
+            return cls(shapes=(("named", cfg(64, 4, 1)), ("batch", cfg(64, 2, 2))),
+                       n_validate=200, graph_ks=(8,), target_launch_s=2e-3, repeats=3,
+                       budget_s=60.0)
+        # The named shapes first (every variant, and the tuning alternatives), so a budget cut
+        # never loses them.
+        shapes = [("named", toy.named(name)) for name in NAMED]
+        shapes += [("hidden", cfg(h, 4, 1)) for h in (16, 32, 128, 512, 1024)]
+        shapes += [("layers", cfg(h, n, 1)) for h in (64, 256) for n in (1, 2, 8)]
+        shapes += [("batch", cfg(h, 4, b)) for h in (64, 256) for b in (8, 32)]
+        return cls(shapes=tuple(shapes), n_validate=1000, graph_ks=(16, 64),
+                   target_launch_s=5e-3, repeats=5, budget_s=120.0)
 
 
 def launch_configs(sweep: str, cfg: toy.ToyConfig, cluster: bool) -> list[KernelConfig]:

@@ -8,14 +8,16 @@ from pathlib import Path
 import pandas as pd
 
 from decodelab.core.device import require_cuda
+from decodelab.core.profiles import measured_device
 from decodelab.core.results import write_table
 from decodelab.replay.fit import fit_multistep, fit_nodes
-from decodelab.replay.measure import ReplayConfig, measure_multistep, measure_nodes
+from decodelab.replay.measure import ReplayBenchConfig, measure_multistep, measure_nodes
 
 
 def bench(profile: str, out_dir: Path) -> list[Path]:
     """``python -m decodelab bench replay``: tables ``replay_nodes`` and ``replay_multistep``."""
-    cfg = ReplayConfig.for_profile(profile)
+    cfg = ReplayBenchConfig.for_profile(profile)
+    measured_device(profile)  # gpu without CUDA: refused as in every phase
     require_cuda("the replay bench (CUDA graphs)")
     t0 = time.perf_counter()
     nodes = measure_nodes(cfg)

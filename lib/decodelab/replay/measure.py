@@ -43,7 +43,7 @@ MAX_K = 1024
 
 
 @dataclass(frozen=True, slots=True)
-class ReplayConfig:
+class ReplayBenchConfig:
     """Sizes of the phase-2 sweeps. Every K must divide ``steps_per_sample`` (N).
 
     ``repeats`` is the number of interleaved rounds: each point of a sweep gets one sample per
@@ -59,7 +59,7 @@ class ReplayConfig:
     node_sample_ms: float = 4.0  # target wall time of one node-benchmark sample
 
     def __post_init__(self) -> None:
-        owner = "ReplayConfig"
+        owner = "ReplayBenchConfig"
         check_int_list(owner, "node_counts", list(self.node_counts), 1, MAX_NODES)
         check_int_list(owner, "k_values", list(self.k_values), 1, MAX_K)
         for name in ("node_counts", "k_values"):
@@ -81,8 +81,10 @@ class ReplayConfig:
         check_float(owner, "node_sample_ms", self.node_sample_ms, 0.0, 1e4, low_open=True)
 
     @classmethod
-    def for_profile(cls, profile: str) -> ReplayConfig:
-        check_choice("ReplayConfig", "profile", profile, PROFILES)
+    def for_profile(cls, profile: str) -> ReplayBenchConfig:
+        """The sweeps of ``profile``, all on the GPU (graphs need one): ``gpu`` the full ones
+        (the field defaults), ``cpu`` and ``smoke`` fewer and shorter."""
+        check_choice("ReplayBenchConfig", "profile", profile, PROFILES)
         if profile == "smoke":
             return cls(node_counts=(1, 2, 4, 8), k_values=(1, 2, 4, 8), configs=("ultra-light",),
                        steps_per_sample=16, repeats=3, warmup=1, node_sample_ms=0.5)
@@ -127,7 +129,7 @@ def _check_adds(graph: torch.cuda.CUDAGraph, x: torch.Tensor, n: int) -> None:
         raise RuntimeError(f"graph of {n} adds produced {x.item()}, expected {n}")
 
 
-def _inner_for(fn, cfg: ReplayConfig) -> int:
+def _inner_for(fn, cfg: ReplayBenchConfig) -> int:
     return auto_inner(fn, target_s=cfg.node_sample_ms * 1e-3, sync=cuda_sync)
 
 
@@ -138,7 +140,7 @@ def _eager_adds(n: int, x: torch.Tensor):
     return eager
 
 
-def measure_nodes(cfg: ReplayConfig) -> list[dict]:
+def measure_nodes(cfg: ReplayBenchConfig) -> list[dict]:
     """Rows of table ``replay_nodes``: per graph replay / per call of n eager launches.
 
     All graphs are built and checked first; then graph and eager points are timed together in
@@ -198,7 +200,7 @@ def _readout(captured: graphs.CapturedSteps):
     return replay_and_read
 
 
-def measure_multistep(cfg: ReplayConfig, name: str) -> list[dict]:
+def measure_multistep(cfg: ReplayBenchConfig, name: str) -> list[dict]:
     """Rows of table ``replay_multistep`` for one named toy config.
 
     Every K-step graph is captured and validated first; then all (K, variant) points are timed

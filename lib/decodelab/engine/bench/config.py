@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from decodelab.core.device import has_cuda
 from decodelab.core.profiles import PROFILES
 from decodelab.core.validate import check_choice
 from decodelab.model.graphs import DEFAULT_BUCKETS
@@ -36,14 +35,22 @@ class RuntimeBenchConfig:
 
     @classmethod
     def for_profile(cls, profile: str) -> RuntimeBenchConfig:
-        if profile == "gpu" and has_cuda():
-            return cls(profile, "llama-3.2-1b", "bfloat16", 32, (1, 8, 32), 512, 20, 40, 5,
-                       160, 80.0, (64, 512), (32, 192))
+        """The sizes of ``profile`` on any machine; where it runs is
+        :func:`~decodelab.core.profiles.on_bench_device`'s (``gpu`` without CUDA: refused)."""
+        if profile == "gpu":
+            return cls(profile=profile, model="llama-3.2-1b", dtype="bfloat16", batch=32,
+                       batches=(1, 8, 32), prompt_len=512, warmup_steps=20, chunk_steps=40,
+                       chunks=5, workload_requests=160, workload_rate=80.0,
+                       workload_prompt=(64, 512), workload_output=(32, 192))
         if profile == "smoke":
-            return cls(profile, "tiny", "float32", 4, (1, 4), 16, 2, 4, 2, 8, 200.0, (4, 16),
-                       (2, 8), block_size=8)
-        return cls(profile, "tiny", "float32", 8, (1, 4, 8), 64, 5, 20, 3, 48, 100.0, (8, 64),
-                   (8, 32), block_size=8)
+            return cls(profile=profile, model="tiny", dtype="float32", batch=4, batches=(1, 4),
+                       prompt_len=16, warmup_steps=2, chunk_steps=4, chunks=2,
+                       workload_requests=8, workload_rate=200.0, workload_prompt=(4, 16),
+                       workload_output=(2, 8), block_size=8)
+        return cls(profile=profile, model="tiny", dtype="float32", batch=8, batches=(1, 4, 8),
+                   prompt_len=64, warmup_steps=5, chunk_steps=20, chunks=3, workload_requests=48,
+                   workload_rate=100.0, workload_prompt=(8, 64), workload_output=(8, 32),
+                   block_size=8)
 
     @property
     def steady_steps(self) -> int:

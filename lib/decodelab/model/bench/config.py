@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from decodelab.core.device import has_cuda
 from decodelab.core.profiles import PROFILES
 from decodelab.core.timing import TimingConfig
 from decodelab.core.validate import ConfigError, check_choice
@@ -44,15 +43,18 @@ class PagedModelBenchConfig:
 
     @classmethod
     def for_profile(cls, profile: str) -> PagedModelBenchConfig:
-        if profile == "gpu" and has_cuda():
-            return cls(profile, "llama-3.2-1b", "bfloat16", (1, 8, 32, 128), (512, 4096),
-                       hf_batches=(1, 8), hf_new_tokens=17,
-                       compile_points=((1, 512), (32, 512), (128, 4096)))
+        """The sizes of ``profile`` on any machine; where it runs is
+        :func:`~decodelab.core.profiles.on_bench_device`'s (``gpu`` without CUDA: refused)."""
+        if profile == "gpu":
+            return cls(profile=profile, model="llama-3.2-1b", dtype="bfloat16",
+                       batches=(1, 8, 32, 128), contexts=(512, 4096), hf_batches=(1, 8),
+                       hf_new_tokens=17, compile_points=((1, 512), (32, 512), (128, 4096)))
         if profile == "smoke":
-            return cls(profile, "tiny", "float32", (1, 4), (32,), hf_batches=(1,),
-                       hf_new_tokens=9, warmup=1, repeats=2, inner=2)
-        return cls(profile, "tiny", "float32", (1, 8), (64, 256), hf_batches=(1,),
-                   hf_new_tokens=33, repeats=7, inner=5)
+            return cls(profile=profile, model="tiny", dtype="float32", batches=(1, 4),
+                       contexts=(32,), hf_batches=(1,), hf_new_tokens=9, warmup=1, repeats=2,
+                       inner=2)
+        return cls(profile=profile, model="tiny", dtype="float32", batches=(1, 8),
+                   contexts=(64, 256), hf_batches=(1,), hf_new_tokens=33, repeats=7, inner=5)
 
     @property
     def timing(self) -> TimingConfig:
