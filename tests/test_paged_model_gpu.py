@@ -115,7 +115,7 @@ def test_pdl_graph_equals_serial_graph(name):
     model, _ = build(name, num_layers=2)
     assert model.ops.pdl
     serial = PagedLlama(model.config, model.weights, model.cache, pdl=False,
-                        linear_choice=model.ops.plan.choice)
+                        linear_choice=model.ops.matmul.choice)
     prompts = compare.prompts(model.config, 8)
     outs = []
     for m in (model, serial):
@@ -156,7 +156,7 @@ def test_skinny_matmul_equals_cublas(rows):
     at the 1B model's shapes and a ragged one."""
     from triton.runtime.errors import OutOfResources
 
-    from decodelab.model.triton.plan import cublas
+    from decodelab.model.triton.matmul_choice import cublas
     from decodelab.model.triton.skinny import TILES, skinny
 
     gen = torch.Generator(device="cuda").manual_seed(rows)

@@ -68,7 +68,8 @@ def test_bench_records_a_failing_variant_and_goes_on(monkeypatch):
             raise RuntimeError("persistent kernel: launch failed: an illegal memory access")
         return bad if kcfg.variant == "block_fixed" else good
 
-    plan_ok = library.Plan(True, "", 1, 1, 256, 1024, "shared", "shared", "shared", 4, 1, 2, 1)
+    plan_ok = library.LaunchPlan(True, "", 1, 1, 256, 1024, "shared", "shared", "shared", 4, 1,
+                                 2, 1)
     stages = torch.tensor([[100.0, 30.0]] * cfg.layers + [[300.0, 30.0], [80.0, 0.0]])
     monkeypatch.setattr(persistent, "plan", lambda cfg, kcfg: plan_ok)
     monkeypatch.setattr(validation, "validate", validate)

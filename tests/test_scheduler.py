@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decodelab.engine.plan import Plan, apply_plan
+from decodelab.engine.plan import SchedulePlan, apply_plan
 from decodelab.engine.requests import Request, SamplingParams, Sequence, Status
 from decodelab.engine.scheduler import Scheduler, SchedulerConfig
 from decodelab.model.block_pool import BlockPool
@@ -18,7 +18,7 @@ def make_seq(i: int, prompt_len: int, max_new: int) -> Sequence:
     return Sequence(req, arrival=i, seed=i)
 
 
-def check_plan(plan: Plan, sched: Scheduler, running, waiting, free: int) -> None:
+def check_plan(plan: SchedulePlan, sched: Scheduler, running, waiting, free: int) -> None:
     cfg = sched.config
     dec = [s for s, _ in plan.decode]
     adm = [s for s, _ in plan.admit]

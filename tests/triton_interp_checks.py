@@ -42,7 +42,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def gemv() -> None:
     from decodelab.model.triton.linear import gemv as run
-    from decodelab.model.triton.plan import cublas
+    from decodelab.model.triton.matmul_choice import cublas
 
     gen = torch.Generator().manual_seed(0)
     for n, k, tile, swiglu in ((48, 64, (8, 32, 4), False), (33, 100, (4, 64, 4), False),
@@ -71,7 +71,7 @@ def add_norm_gemv() -> None:
 
 
 def skinny() -> None:
-    from decodelab.model.triton.plan import cublas
+    from decodelab.model.triton.matmul_choice import cublas
     from decodelab.model.triton.skinny import TILES
     from decodelab.model.triton.skinny import skinny as run
 

@@ -1,7 +1,7 @@
 """The row x chunk passes of the fused sampler (``fused_sampler`` has the whole design), and
 the Triton helpers both files share: the order-preserving key of a float, the gap bins, the
-load of a row's (penalised) logits, the plan that the histogram gives. GPU only, imported
-lazily.
+load of a row's (penalised) logits, the cut-off bin that the histogram gives. GPU only,
+imported lazily.
 """
 
 from __future__ import annotations
@@ -119,9 +119,11 @@ def histogram_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_p
 
 
 @triton.jit
-def plan(hist_ptr, topk_ptr, row, V, C, CP2: tl.constexpr, NB: tl.constexpr,
-          BUF: tl.constexpr):
-    """(b*, tokens with bin <= b* per chunk (CP2,), the row has a top-k, k)."""
+def cutoff_bin(hist_ptr, topk_ptr, row, V, C, CP2: tl.constexpr, NB: tl.constexpr,
+               BUF: tl.constexpr):
+    """The row's cut-off gap bin b* from its histogram (the first bin reaching k tokens; with
+    no top-k the last whose tokens fit the buffer): (b*, tokens with bin <= b* per chunk
+    (CP2,), the row has a top-k, k)."""
     ch = tl.arange(0, CP2)
     bins = tl.arange(0, NB)
     h = tl.load(hist_ptr + (row * C + ch[:, None]) * NB + bins[None, :], mask=ch[:, None] < C,
@@ -145,7 +147,7 @@ def gather_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr,
     c = tl.program_id(1)
     if tl.load(temp_ptr + row) >= GREEDY:
         pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
-        bstar, per_chunk, _, _ = plan(hist_ptr, topk_ptr, row, V, C, CP2, NB, BUF)
+        bstar, per_chunk, _, _ = cutoff_bin(hist_ptr, topk_ptr, row, V, C, CP2, NB, BUF)
         fits = tl.sum(per_chunk, axis=0) <= BUF
         off = tl.sum(tl.where(tl.arange(0, CP2) < c, per_chunk, 0), axis=0)
         zmax = row_max(cmax_ptr, row, C, CP2)

@@ -40,13 +40,13 @@ from decodelab.engine.fused_passes import (
     KEY_NINF,
     NB,
     TILE,
+    cutoff_bin,
     from_key,
     gather_kernel,
     has_penalties,
     histogram_kernel,
     load_z,
     order_key,
-    plan,
     stats_kernel,
 )
 
@@ -182,7 +182,7 @@ def _solve(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_p
             top_p = tl.load(topp_ptr + row)
             min_p = tl.load(minp_ptr + row)
             u = tl.load(u_ptr + row)
-            _, per_chunk, has_k, k = plan(hist_ptr, topk_ptr, row, V, C, CP2, NB, BUF)
+            _, per_chunk, has_k, k = cutoff_bin(hist_ptr, topk_ptr, row, V, C, CP2, NB, BUF)
             n = tl.sum(per_chunk, axis=0)
             total_all = tl.sum(tl.load(cmass_ptr + row * C + ch, mask=ch < C, other=0.0), axis=0)
             left_out = tl.max(tl.load(cout_ptr + row * C + ch, mask=ch < C,

@@ -1,4 +1,4 @@
-"""A scheduler's decision (:class:`Plan`) and its one application to the block pool and the
+"""A scheduler's decision (:class:`SchedulePlan`) and its one application to the block pool and the
 queues (:func:`apply_plan`), shared by the engine and the scheduler's tests. Imports no torch.
 
 Applying a plan, in order: preempted sequences give their blocks back and wait again (they
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class SchedulePlan:
     decode: tuple[tuple[Sequence, int], ...] = ()  # (sequence, blocks to add) in FCFS order
     admit: tuple[tuple[Sequence, int], ...] = ()  # (sequence, blocks to allocate)
     preempt: tuple[Sequence, ...] = ()  # newest first
@@ -37,7 +37,7 @@ class Plan:
         return sum(len(s.blocks) for s in self.preempt)
 
 
-def apply_plan(plan: Plan, pool: BlockPool, running: list[Sequence],
+def apply_plan(plan: SchedulePlan, pool: BlockPool, running: list[Sequence],
                waiting: list[Sequence]) -> None:
     """Carry out ``plan`` on the pool and on the running and waiting lists (in place)."""
     for seq in plan.preempt:

@@ -1,7 +1,7 @@
 """Continuous batching, first come first served: a pure decision, applied by the engine.
 
 Each step, :meth:`Scheduler.schedule` looks at the running and waiting sequences and the
-number of free cache blocks and returns a :class:`Plan`:
+number of free cache blocks and returns a :class:`~decodelab.engine.plan.SchedulePlan`:
 
 - ``decode``: running sequences that take one decode step, with the blocks each must gain
   so that the slot its step writes exists;
@@ -20,7 +20,7 @@ from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
 from decodelab.core.validate import check_int
-from decodelab.engine.plan import Plan
+from decodelab.engine.plan import SchedulePlan
 from decodelab.engine.requests import Sequence
 from decodelab.model.block_pool import blocks_needed
 
@@ -60,7 +60,8 @@ class Scheduler:
         """Blocks to prefill the whole known context (prompt + output: recompute)."""
         return self.config.blocks_needed(seq.num_prompt + len(seq.output))
 
-    def schedule(self, running: Seq[Sequence], waiting: Seq[Sequence], free_blocks: int) -> Plan:
+    def schedule(self, running: Seq[Sequence], waiting: Seq[Sequence], free_blocks: int
+                 ) -> SchedulePlan:
         cfg = self.config
         # Newest last; preemption takes from the end.
         candidates = sorted((s for s in running if self.can_decode(s)), key=lambda s: s.arrival)
@@ -86,9 +87,9 @@ class Scheduler:
                 free -= need
         if preempt:
             # Recompute relieves pressure only if nothing new competes for the freed blocks.
-            return Plan(tuple(decode), (), tuple(preempt))
+            return SchedulePlan(tuple(decode), (), tuple(preempt))
         # Rows hold a slot until their last token is processed, decoding or not.
-        return Plan(tuple(decode), tuple(self._admit(waiting, free, len(running))), ())
+        return SchedulePlan(tuple(decode), tuple(self._admit(waiting, free, len(running))), ())
 
     def _admit(self, waiting: Seq[Sequence], free: int, rows: int) -> list[tuple[Sequence, int]]:
         cfg = self.config

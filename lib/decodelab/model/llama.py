@@ -19,12 +19,13 @@ Interface (stable; the runtime engine builds on exactly this):
 
 ``backend="triton"`` (CUDA only) swaps in fused kernels for the norms, RoPE + cache write, the
 SwiGLU product, paged decode attention, and matmuls of 1 to 64 rows where they beat cuBLAS
-(``model.triton``: ``ops``, ``attention``, ``linear``, ``skinny``, ``plan``, ``fused``); ``"torch"`` is the plain reference
-the tests compare with ``transformers``. Prefill's RoPE, cache write and attention are torch.
+(``model.triton``: ``ops``, ``attention``, ``linear``, ``skinny``, ``matmul_choice``, ``fused``);
+``"torch"`` is the plain reference the tests compare with ``transformers``. Prefill's RoPE,
+cache write and attention are torch.
 At batch 1 the residual add and RMSNorm before the q/k/v and gate/up projections run inside
 their gemv (``ops.add_norm_linear``). On sm_90 and newer the kernels of a captured step use
 programmatic dependent launch (``pdl``; ``pdl=False`` turns it off, to measure what it
-removes; ``linear_choice=other.ops.plan.choice`` then keeps the other model's matmul kernels,
+removes; ``linear_choice=other.ops.matmul.choice`` then keeps the other model's matmul kernels,
 so only the launches differ). Constructing a "triton" model times each batch-1 matmul
 candidate on the device once (seconds, Triton compilation included); ``tune_rows(rows)``
 does the same for steps of more rows (``DecodeGraphs`` calls it with its buckets); every

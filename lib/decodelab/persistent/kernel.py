@@ -18,7 +18,7 @@ import torch
 
 from decodelab.core.validate import ConfigError, check_choice, check_int
 from decodelab.persistent import library
-from decodelab.persistent.library import DESIGNS, EXCHANGES, Plan
+from decodelab.persistent.library import DESIGNS, EXCHANGES, LaunchPlan
 from decodelab.toy import step as toy
 
 VARIANTS = tuple(f"{x}_{d}" for d in DESIGNS for x in EXCHANGES)  # code = design * 3 + exchange
@@ -76,7 +76,7 @@ class RunResult:
     states: torch.Tensor | None  # (N, B, H) when recorded
     clock: torch.Tensor  # (2,) int64: SM cycles (clock64) and ns (%globaltimer) of the step loop
     stages: torch.Tensor | None  # clocked: (L + 2, 2) int64 work, wait cycles summed over steps
-    plan: Plan
+    plan: LaunchPlan
     variant: str
     buffers: tuple[torch.Tensor, ...]  # device scratch the launch uses (kept alive with it)
 
@@ -102,7 +102,7 @@ def _shape_args(cfg: toy.ToyConfig, n_steps: int = 1, stop: int = -1) -> library
                            stop=stop)
 
 
-def plan(cfg: toy.ToyConfig, kcfg: KernelConfig) -> Plan:
+def plan(cfg: toy.ToyConfig, kcfg: KernelConfig) -> LaunchPlan:
     """The launch plan for a shape (needs the GPU: limits come from the device)."""
     check_shape(cfg)
     variant = resolve_variant(cfg, kcfg)
@@ -112,7 +112,7 @@ def plan(cfg: toy.ToyConfig, kcfg: KernelConfig) -> Plan:
     return library.plan_of(info)
 
 
-def _on_chip(p: Plan, variant: str) -> bool:
+def _on_chip(p: LaunchPlan, variant: str) -> bool:
     places = (p.w_place, p.wout_place) + ((p.e_place,) if exchange_of(variant) != "grid" else ())
     return p.ok and "global" not in places
 

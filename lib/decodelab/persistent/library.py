@@ -31,7 +31,7 @@ class LaunchInfo(ctypes.Structure):
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class LaunchPlan:
     """A launch plan as the kernels' planner decided it (``ok`` False: ``why`` says why not)."""
 
     ok: bool
@@ -53,12 +53,13 @@ class Plan:
         return f"{self.w_place}/{self.wout_place}/{self.e_place}"
 
 
-def plan_of(info: LaunchInfo) -> Plan:
+def plan_of(info: LaunchInfo) -> LaunchPlan:
     ok = bool(info.ok)
     place = (lambda p: PLACES[p]) if ok else (lambda p: "")  # noqa: E731
-    return Plan(ok, info.why.decode(errors="replace"), info.group, info.blocks, info.threads,
-                info.smem_bytes, place(info.w_place), place(info.wout_place), place(info.e_place),
-                info.lanes_layer, info.rounds_layer, info.lanes_out, info.rounds_out)
+    return LaunchPlan(ok, info.why.decode(errors="replace"), info.group, info.blocks,
+                      info.threads, info.smem_bytes, place(info.w_place), place(info.wout_place),
+                      place(info.e_place), info.lanes_layer, info.rounds_layer, info.lanes_out,
+                      info.rounds_out)
 
 
 def bind(path: str) -> ctypes.CDLL:

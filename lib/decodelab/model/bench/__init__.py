@@ -89,7 +89,7 @@ def _serial_graphs(model: PagedLlama, cfg: PagedModelBenchConfig, width: int,
     if not getattr(model.ops, "pdl", False) or not batches:
         return {}
     serial = PagedLlama(model.config, model.weights, model.cache, pdl=False,
-                        linear_choice=model.ops.plan.choice)  # same kernels, launched serially
+                        linear_choice=model.ops.matmul.choice)  # same kernels, launched serially
     graphs = checks.make_graphs(serial, batches, width)
     checked[SERIAL] = checks.check_graph(serial, graphs)
     return {SERIAL: graphs}
@@ -135,7 +135,7 @@ def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list
 
         rows += peers.compile_static_rows(model, cfg, row_for)
     linear, gemm = _matmul_rows(model)
-    choice = dict(model.ops.plan.choice) if graphs is not None else {}  # the kernels profiled
+    choice = dict(model.ops.matmul.choice) if graphs is not None else {}  # the kernels profiled
     has_graphs = graphs is not None
     del graphs, timed, model, cache  # free the KV pool (and graph memory) before the peers run
     if hf is not None:
@@ -163,15 +163,15 @@ def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list
 def _matmul_rows(model: PagedLlama) -> tuple[list[LinearRow], list[GemmRow]]:
     """The matmul choice per weight shape, batch 1 (table ``paged_model_linear``) and per row
     count above it (``paged_model_gemm``): every candidate's time and weight bandwidth."""
-    plan = getattr(model.ops, "plan", None)
-    if plan is None:  # the torch backend chooses nothing
+    matmul = getattr(model.ops, "matmul", None)
+    if matmul is None:  # the torch backend chooses nothing
         return [], []
-    from decodelab.model.triton.plan import candidate_name  # Triton: GPU machines only
+    from decodelab.model.triton.matmul_choice import candidate_name  # Triton: GPU machines only
 
     esize = model.weights.embed.element_size()
     single, multi = [], []
-    for (n, k, swiglu, m), times in plan.timings.items():
-        used = candidate_name(m, plan.choice[(n, k, swiglu, m)])
+    for (n, k, swiglu, m), times in matmul.timings.items():
+        used = candidate_name(m, matmul.choice[(n, k, swiglu, m)])
         for cand, us in times.items():
             gb_s = n * k * esize / us / 1e3
             if m == 1:

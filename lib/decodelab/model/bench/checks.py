@@ -79,7 +79,7 @@ def validate(model: PagedLlama, graphs: DecodeGraphs | None, hf) -> dict[str, fl
                          PagedKVCache(model.config, 256, model.cache.block_size,
                                       dtype=model.dtype, device=model.device), backend="torch")
         fast = PagedLlama(model.config, model.weights, ref.cache, backend="triton",
-                          linear_choice=model.ops.plan.choice)
+                          linear_choice=model.ops.matmul.choice)
         errs["eager"] = check_attention(ref.cache)
         # 8 rows: the skinny matmuls where they were chosen (a graph bucket); 1 row: the gemvs
         for batch in (prompts(model.config, 8), prompts(model.config, 1)):

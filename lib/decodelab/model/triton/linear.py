@@ -12,7 +12,8 @@ stores h + res), so at batch 1 no separate norm kernel runs inside the layer sta
 Under programmatic dependent launch (``pdl``) a gemv loads its first weight tile before it
 waits for the kernel that produces x: the weights stream while that kernel drains.
 
-``plan.LinearPlan`` times the tiles against cuBLAS per weight shape and keeps the faster.
+``matmul_choice.MatmulChoice`` times the tiles against cuBLAS per weight shape and keeps the
+faster.
 """
 
 from __future__ import annotations

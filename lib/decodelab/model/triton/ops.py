@@ -14,7 +14,7 @@ from decodelab.model.pdl_policy import for_rows
 from decodelab.model.triton.attention import paged_decode_attention
 from decodelab.model.triton.fused import rms_norm_rows, rope_write, silu_mul
 from decodelab.model.triton.linear import add_norm_gemv
-from decodelab.model.triton.plan import LinearPlan, tunable
+from decodelab.model.triton.matmul_choice import MatmulChoice, tunable
 
 
 class TritonOps:
@@ -22,7 +22,7 @@ class TritonOps:
 
     def __init__(self, pdl: bool = False, linear_choice: dict | None = None) -> None:
         self.pdl = pdl
-        self.plan = LinearPlan(pdl, linear_choice)
+        self.matmul = MatmulChoice(pdl, linear_choice)
 
     def tune(self, weights, rows: Sequence[int] = (1,)) -> None:
         """Pick cuBLAS or a Triton tile for every matmul shape of these weights at each row
@@ -30,18 +30,18 @@ class TritonOps:
         for m in filter(tunable, rows):
             for lw in weights.layers:
                 if lw.qkv_bias is None:
-                    self.plan.tune(lw.qkv, rows=m)
-                self.plan.tune(lw.o, rows=m)
-                self.plan.tune(lw.gate_up, rows=m)
-                self.plan.tune(lw.down, swiglu=True, rows=m)
-            self.plan.tune(weights.lm_head, rows=m)
+                    self.matmul.tune(lw.qkv, rows=m)
+                self.matmul.tune(lw.o, rows=m)
+                self.matmul.tune(lw.gate_up, rows=m)
+                self.matmul.tune(lw.down, swiglu=True, rows=m)
+            self.matmul.tune(weights.lm_head, rows=m)
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
                ) -> torch.Tensor:
-        return torch.nn.functional.linear(x, w, bias) if bias is not None else self.plan(x, w)
+        return torch.nn.functional.linear(x, w, bias) if bias is not None else self.matmul(x, w)
 
     def swiglu_linear(self, gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return self.plan(gate_up.contiguous(), w, swiglu=True)
+        return self.matmul(gate_up.contiguous(), w, swiglu=True)
 
     def add_norm_linear(self, h: torch.Tensor, x: torch.Tensor | None, norm_w: torch.Tensor,
                         eps: float, w: torch.Tensor, bias: torch.Tensor | None = None
@@ -49,7 +49,7 @@ class TritonOps:
         """(h + x, linear(rms_norm(h + x), w)); ``x`` None: no add. One row whose matmul runs
         as a gemv: one kernel (the norm in the gemv's prologue); else the norm kernel, then
         the matmul."""
-        tile = self.plan.tile(w, False, 1) if h.shape[0] == 1 and bias is None else None
+        tile = self.matmul.tile(w, False, 1) if h.shape[0] == 1 and bias is None else None
         if tile is not None:
             res = x.contiguous() if x is not None else None
             return add_norm_gemv(h.contiguous(), res, norm_w, eps, w, tile, pdl=self._pdl(1))

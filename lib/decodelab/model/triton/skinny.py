@@ -5,8 +5,9 @@ W^T is a thin GEMM whose M rows fit one tensor-core tile. ``skinny`` gives each 
 BLOCK_N rows of W and all M rows of x (padded to BLOCK_M >= 16, the smallest tensor-core M),
 streams K in chunks and accumulates x @ W^T on tensor cores in fp32: W is read exactly once,
 x (a few KB) from cache. With ``swiglu`` the input is silu(gate) * up of a (M, 2K) gate|up
-matrix, computed per chunk (no separate activation kernel). ``plan.LinearPlan`` times it
-against cuBLAS per weight shape and row count, inside a CUDA graph, and keeps the faster.
+matrix, computed per chunk (no separate activation kernel). ``matmul_choice.MatmulChoice``
+times it against cuBLAS per weight shape and row count, inside a CUDA graph, and keeps the
+faster.
 Imported lazily: GPU only (or Triton's interpreter).
 """
 

@@ -103,7 +103,7 @@ def _measure(w: torch.Tensor, swiglu: bool, rows: int, pdl: bool
     return best, times
 
 
-class LinearPlan:
+class MatmulChoice:
     """Per (n, k, swiglu, rows): the tile of the fastest Triton candidate, or None (cuBLAS).
     With ``pdl`` the Triton candidates of steps up to ``pdl_policy.MAX_ROWS`` rows are launched (and
     timed) with programmatic dependent launch, as back-to-back kernels of a step run them.
