@@ -194,3 +194,12 @@ def test_submit_takes_a_real_arrival_time(ok):
     h = eng.submit(Request("a", (1, 2)), arrival_time=ok)
     eng.run()
     assert h.status is Status.FINISHED and eng.metrics.requests[0].ttft_s > 0
+
+
+def test_seeds_equal_in_their_low_32_bits_draw_different_tokens():
+    """12345 and 7318106351 (= 2**32 + 3023139055) once shared a 32-bit key, hence a stream."""
+    def sampled(seed: int) -> list[int]:
+        return tokens_alone([Request("s", (1, 2, 3), SamplingParams(seed=seed,
+                                                                     max_new_tokens=16))])["s"]
+
+    assert sampled(12345) != sampled(7318106351)

@@ -21,6 +21,7 @@ from decodelab.engine.sampler import (
     row_uniforms,
     sample,
     sample_step,
+    seed_keys,
     top_values,
 )
 
@@ -188,6 +189,25 @@ def test_row_uniforms_are_a_pure_function_in_the_open_interval():
     assert np.all((u > 0) & (u < 1)) and len(set(u.tolist())) == 5
     many = row_uniforms(np.full(50_000, 42), np.arange(50_000))
     assert abs(many.mean() - 0.5) < 0.01 and np.histogram(many, 10)[0].min() > 4500
+
+
+# Seeds the 32-bit key of old folded onto one key with 12345: 2**32 * hi + a low word each.
+FOLDED = [12345, 7318106351, 8921142027, 12999727100, 19275448176]
+
+
+def test_every_bit_of_a_seed_keys_its_stream():
+    seeds = np.array([*FOLDED, 0, 2**32, 2**62, 2**63 - 1, 2**63 - 2])
+    assert len(set(seed_keys(seeds).tolist())) == len(seeds)
+    n = 16
+    u = row_uniforms(np.repeat(seeds, n), np.tile(np.arange(n), len(seeds)))
+    assert len({row.tobytes() for row in u.reshape(len(seeds), n)}) == len(seeds)
+
+
+def test_seeds_below_2_32_keep_their_streams():
+    """Keying the seed's high word left the stream of every seed below 2**32 as it was."""
+    u = row_uniforms(np.array([0, 1, 12345, 2**32 - 1, 2**31]), np.array([0, 5, 7, 100, 3]))
+    assert u.view(np.uint32).tolist() == [1062458008, 1059905082, 1060558420, 1058078014,
+                                          1047222418]
 
 
 def test_choose_mode():
