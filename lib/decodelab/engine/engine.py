@@ -135,8 +135,8 @@ class Engine:
         return RequestHandle(seq, self)
 
     def abort(self, request_id: str) -> bool:
-        """End a request now (its blocks are freed) and True; False if it is unknown or has
-        ended: its final token ends it before that token's callback runs."""
+        """End a request now (its blocks are freed): True. False if it is unknown or has
+        ended (a request ends with its final token, before that token's callback runs)."""
         seq = self.active.get(request_id)
         if seq is None:
             return False

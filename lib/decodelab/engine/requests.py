@@ -185,8 +185,8 @@ def check_arrival_time(value: Any) -> float:
     """``Engine.submit``'s ``arrival_time`` as a float, or InvalidRequestError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise InvalidRequestError(f"Engine.submit(arrival_time={value!r}) "
-                                  f"({type(value).__name__}): must be a finite real number, "
-                                  "not a bool (a time.perf_counter() value), or None for now")
+                                  f"({type(value).__name__}): must be a finite real number "
+                                  "(a time.perf_counter() value; not a bool) or None (now)")
     return float(value)
 
 
