@@ -1,9 +1,11 @@
 """One place for timing: warm-up, repetition, host and CUDA-event timers, robust statistics.
 
-Vocabulary (see DESIGN.md):
+Vocabulary (its home is this docstring; code, tables and plots use these names as defined):
 - wall time per step: host clock over ``inner`` steps with one synchronisation at the end, / inner.
 - host time per step: CPU time of the issuing thread over the same steps, before the sync, / inner.
 - device time per step: CUDA-event elapsed time over the same steps, / inner.
+- per step, not per token: a decode step of B rows makes B tokens (``ms_per_step``;
+  ``tokens_per_s`` = B / wall time per step).
 
 Clocks are injectable so the statistics can be tested exactly with fake clocks.
 """
