@@ -214,11 +214,13 @@ def cpu_threads(n: int):
         torch.set_num_threads(before)
 
 
-def cuda_sync() -> None:
-    """Synchronise the current CUDA device (a ``sync`` argument for :func:`time_host`)."""
+def device_sync(device=None) -> None:
+    """Wait for the work queued on ``device``: a CUDA device synchronises (``None``: the current
+    one; as a ``sync`` argument of :func:`time_host`), any other device has none to wait for."""
     import torch
 
-    torch.cuda.synchronize()
+    if device is None or torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def auto_inner(fn: Callable[[], object], *, target_s: float = 2e-3, sync: Callable[[], None] = _noop,

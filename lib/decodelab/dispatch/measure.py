@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from decodelab.core.timing import TimingConfig, auto_inner, cuda_sync, time_host
+from decodelab.core.profiler import profile_steps
+from decodelab.core.timing import TimingConfig, auto_inner, device_sync, time_host
 from decodelab.dispatch.modes import Stepper
 
 LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch")
@@ -64,18 +65,9 @@ def _busy_us(intervals: list[tuple[float, float]]) -> float:
 
 
 def profile_counts(stepper: Stepper, n_steps: int, on_cuda: bool) -> ProfileCounts:
-    """Kernel and launch counts and GPU-busy time per step from one profiled window."""
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
-    for _ in range(2):  # warm (a freshly built stepper, caches)
-        stepper()
-    with profile(activities=activities) as prof:
-        for _ in range(n_steps):
-            stepper()
-        if on_cuda:
-            torch.cuda.synchronize()
-    events = prof.events()
+    """Kernel and launch counts and GPU-busy time per step from one profiled window, after two
+    warm-up steps (a freshly built stepper, caches)."""
+    events = profile_steps(stepper, n_steps, cuda=on_cuda, warmup=2)
     if not on_cuda:
         ops = [e for e in events if e.name.startswith("aten::") and e.cpu_parent is None]
         return ProfileCounts(math.nan, len(ops) / n_steps, len(ops) / n_steps)
@@ -91,7 +83,7 @@ def profile_counts(stepper: Stepper, n_steps: int, on_cuda: bool) -> ProfileCoun
 def time_steps(stepper: Stepper, *, on_cuda: bool, repeats: int, target_s: float,
                max_inner: int = 4096) -> StepTiming:
     """Wall and host-CPU µs per step of ``stepper`` (already validated; warmed up here)."""
-    sync = cuda_sync if on_cuda else (lambda: None)
+    sync = device_sync if on_cuda else (lambda: None)
     inner = auto_inner(stepper, target_s=target_s, sync=sync, max_inner=max_inner)
     timing = time_host(stepper, TimingConfig(warmup=2, repeats=repeats, inner=inner), sync=sync)
     wall, host = timing.wall_stats().scaled(1e6), timing.host_stats().scaled(1e6)

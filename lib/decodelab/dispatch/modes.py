@@ -25,6 +25,7 @@ from typing import Protocol
 
 import torch
 
+from decodelab.core.timing import device_sync
 from decodelab.core.validate import ConfigError, check_choice
 from decodelab.toy import step as toy
 from decodelab.toy.graphs import CapturedSteps
@@ -47,11 +48,6 @@ class Stepper(Protocol):
     def state(self) -> torch.Tensor: ...
 
     def token(self) -> torch.Tensor: ...
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class _HeldState:
@@ -91,10 +87,10 @@ class GraphStep:
     mode = "cuda_graph"
 
     def __init__(self, weights: toy.ToyWeights, x0: torch.Tensor) -> None:
-        _sync(weights.device)
+        device_sync(weights.device)
         t0 = time.perf_counter()
         self.captured = CapturedSteps(weights, x0, k_steps=1)
-        _sync(weights.device)
+        device_sync(weights.device)
         self.setup_s = time.perf_counter() - t0
 
     def __call__(self) -> None:
@@ -144,12 +140,12 @@ class CompiledStep(_HeldState):
                 return toy.step(weights, x)  # weights are closed over: constant across calls
 
             self._fn = torch.compile(body, dynamic=False)
-        _sync(weights.device)
+        device_sync(weights.device)
         t0 = time.perf_counter()
         self.reset(x0)
         for _ in range(COMPILE_WARMUP_CALLS):
             self()
-        _sync(weights.device)
+        device_sync(weights.device)
         self.setup_s = time.perf_counter() - t0
         self.reset(x0)
 

@@ -13,7 +13,7 @@ import torch
 
 from decodelab.core.device import has_cuda
 from decodelab.core.profiles import measured_device
-from decodelab.core.timing import Timing, TimingConfig, cuda_sync, summarize, time_cuda, time_host
+from decodelab.core.timing import Timing, TimingConfig, device_sync, summarize, time_cuda, time_host
 from decodelab.core.validate import check_choice
 
 
@@ -80,7 +80,7 @@ def _tiny_op_timing(device: str, cfg: TimingConfig) -> Timing:
     x = torch.ones(1, device=device)
     inner = TimingConfig(cfg.warmup * 100, cfg.repeats, 1000)
     if device == "cuda":
-        return time_host(lambda: x.add_(1.0), inner, sync=cuda_sync)
+        return time_host(lambda: x.add_(1.0), inner, sync=device_sync)
     return time_host(lambda: x.add_(1.0), inner)
 
 

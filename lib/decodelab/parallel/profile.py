@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch.distributed as dist
-from torch.profiler import ProfilerActivity, profile, schedule
 
+from decodelab.core.profiler import profile_steps
 from decodelab.parallel.group import TPGroup
 from decodelab.parallel.rows import OpTime, R
 
@@ -25,24 +25,10 @@ def profile_step(step: Callable[[], object], group: TPGroup, steps: int = 5,
     collective kernel waits on the device until the peer's arrives: recorded from the start,
     that start-up skew would land in one rank's NCCL kernels. So ``warmup`` profiled steps are
     discarded, and the ranks meet at a barrier before the ``steps`` that count."""
-    import torch
-
-    cuda = group.device.type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    averages: list = []  # the active steps' aggregate, handed over when the cycle ends
-    with profile(activities=activities, schedule=schedule(wait=0, warmup=warmup, active=steps),
-                 on_trace_ready=lambda p: averages.append(p.key_averages())) as prof:
-        for i in range(warmup + steps):
-            step()
-            if i == warmup - 1:  # still inside the discarded warm-up
-                if cuda:
-                    torch.cuda.synchronize()
-                group.barrier()
-            prof.step()
-        if cuda:
-            torch.cuda.synchronize()
+    events = profile_steps(step, steps, cuda=group.device.type == "cuda", discard=warmup,
+                           meet=group.barrier)
     rows = []
-    for e in averages[-1]:
+    for e in events.key_averages():
         host = e.self_cpu_time_total
         dev = getattr(e, "self_device_time_total", None)
         if dev is None:

@@ -25,7 +25,7 @@ import torch
 from decodelab.core.capture import capture, warm_up
 from decodelab.core.device import require_cuda
 from decodelab.core.profiles import PROFILES
-from decodelab.core.timing import Timing, auto_inner, cuda_sync, summarize
+from decodelab.core.timing import Timing, auto_inner, device_sync, summarize
 from decodelab.core.validate import (
     ConfigError,
     check_choice,
@@ -130,7 +130,7 @@ def _check_adds(graph: torch.cuda.CUDAGraph, x: torch.Tensor, n: int) -> None:
 
 
 def _inner_for(fn, cfg: ReplayBenchConfig) -> int:
-    return auto_inner(fn, target_s=cfg.node_sample_ms * 1e-3, sync=cuda_sync)
+    return auto_inner(fn, target_s=cfg.node_sample_ms * 1e-3, sync=device_sync)
 
 
 def _eager_adds(n: int, x: torch.Tensor):

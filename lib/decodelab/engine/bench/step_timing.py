@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from decodelab.core.profiler import profile_steps
+from decodelab.core.timing import device_sync
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.engine import Engine
 from decodelab.engine.metrics import StepRecord
@@ -41,11 +43,6 @@ class RunResult:
         return statistics.median(self.walls)
 
 
-def sync(dev: torch.device) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def steady_requests(vocab: int, batch: int, prompt_len: int, new_tokens: int) -> list[Request]:
     rng = random.Random(0)
     return [Request(f"s{i}", tuple(rng.randrange(vocab) for _ in range(prompt_len)),
@@ -57,16 +54,10 @@ def count_ops(fn, steps: int, dev: torch.device) -> tuple[float, float]:
     """(device ops, launch calls) per call of ``fn`` from the profiler; NaN without CUDA."""
     if dev.type != "cuda":
         return NAN, NAN
-    from torch.profiler import ProfilerActivity, profile
-
     launch_names = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
                     "cuLaunchKernelEx", "cudaGraphLaunch", "cudaMemcpyAsync")
     try:
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(steps):
-                fn()
-            torch.cuda.synchronize()
-        events = prof.events()
+        events = profile_steps(fn, steps, cuda=True)
         ops = sum(1 for e in events if e.device_type.name == "CUDA")
         launches = sum(1 for e in events if e.name in launch_names)
         return ops / steps, launches / steps
@@ -83,14 +74,14 @@ def time_engine(model, graphs, ecfg: EngineConfig, batch: int, cfg, *, ops: bool
     handles = [eng.submit(r) for r in reqs]
     for _ in range(cfg.warmup_steps):
         eng.step()
-    sync(dev)
+    device_sync(dev)
     first = len(eng.metrics.steps)
     walls = []
     for _ in range(cfg.chunks):
         t0 = time.perf_counter()
         for _ in range(cfg.chunk_steps):
             eng.step()
-        sync(dev)
+        device_sync(dev)
         walls.append((time.perf_counter() - t0) / cfg.chunk_steps)
     records = list(eng.metrics.steps)[first:]
     if any(r.batch != batch for r in records):
@@ -115,13 +106,13 @@ def time_bare_forward(model, graphs, batch: int, context: int, cfg, *, ops: bool
     walls, hosts = [], []
     for _ in range(cfg.warmup_steps):
         fn()
-    sync(dev)
+    device_sync(dev)
     for _ in range(cfg.chunks):
         t0, c0 = time.perf_counter(), time.thread_time()
         for _ in range(cfg.chunk_steps):
             fn()
         hosts.append((time.thread_time() - c0) / cfg.chunk_steps)
-        sync(dev)
+        device_sync(dev)
         walls.append((time.perf_counter() - t0) / cfg.chunk_steps)
     n_ops, launches = count_ops(fn, 5, dev) if ops else (NAN, NAN)
     for t in tables:

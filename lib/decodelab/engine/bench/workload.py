@@ -9,8 +9,9 @@ import time
 
 import torch
 
+from decodelab.core.timing import device_sync
 from decodelab.engine.bench.rows import ErrorRow, RequestRow
-from decodelab.engine.bench.step_timing import MIXED, sync
+from decodelab.engine.bench.step_timing import MIXED
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.engine import Engine
 from decodelab.engine.requests import InvalidRequestError, Request, SamplingParams
@@ -70,7 +71,7 @@ def poisson_workload(model, graphs, base: EngineConfig, cfg
             eng.step()
         elif i < len(reqs):
             time.sleep(max(0.0, arrivals[i] - now))
-    sync(dev)
+    device_sync(dev)
     duration = time.perf_counter() - t0
     if eng.pool.num_free != eng.pool.num_total:
         raise RuntimeError("the workload leaked cache blocks")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from decodelab.core.profiler import profile_steps
 from decodelab.model.graphs import DecodeGraphs
 from decodelab.model.kv_cache import PagedKVCache, decode_inputs
 from decodelab.model.llama import PagedLlama
@@ -12,21 +13,14 @@ from decodelab.model.llama import PagedLlama
 
 def kernel_profile(graphs: DecodeGraphs, cache: PagedKVCache, context: int = 512,
                    steps: int = 5) -> list[dict]:
-    """Device time per kernel of one graph step at batch 1 (profiler, averaged over steps)."""
-    from torch.profiler import ProfilerActivity, profile
-
+    """Device time per kernel of one graph step at batch 1 (profiler, device activity only,
+    after 3 warm-up steps; averaged over steps)."""
     tables, args = decode_inputs(cache, 1, context)
     args = (torch.ones_like(args[0]), *args[1:])  # token id 1, as before
-    for _ in range(3):
-        graphs.run(*args)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            graphs.run(*args)
-        torch.cuda.synchronize()
+    events = profile_steps(lambda: graphs.run(*args), steps, cuda=True, cpu=False, warmup=3)
     cache.pool.free(tables[0])
     rows = []
-    for e in prof.key_averages():
+    for e in events.key_averages():
         us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
         if us > 0:
             rows.append(dict(kernel=e.key[:120], calls_per_step=e.count / steps,

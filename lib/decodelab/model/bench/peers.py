@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from decodelab.core.timing import median_times
+from decodelab.core.timing import device_sync, median_times
 from decodelab.model.bench.rows import PagedModelRow
 from decodelab.model.bench.static_cache import StaticCacheLlama
 from decodelab.model.compare import HF_BF16_RTOL, rel_err
@@ -107,7 +107,7 @@ def _generate_s(hf, ids, n: int, static: bool) -> float:
     t0 = time.perf_counter()
     hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
                 do_sample=False, pad_token_id=0, **kw)
-    sync()
+    device_sync(ids.device)
     return time.perf_counter() - t0
 
 
