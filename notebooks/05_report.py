@@ -177,10 +177,11 @@ if params.interactive:
     import matplotlib.pyplot as plt
 
     def _explore(config: str) -> None:
-        fig = nb.explore_figure(tables, params, config)
-        if fig is None:
+        view = nb.explore_view(tables, params, config)
+        if view is None:
             display(Markdown(f"No data yet for the {config} toy config."))
         else:
+            decomposition_figure(*view, config)
             plt.show()
 
     widgets.interact(_explore, config=list(NAMED_CONFIGS))
@@ -191,8 +192,11 @@ if params.interactive:
 
 # %%
 alt_config = "h256" if params.toy_config != "h256" else "ultra-light"
-if nb.explore_figure(tables, params, alt_config, toy_only=True) is None:
+alt_view = nb.explore_view(tables, params, alt_config, toy_only=True)
+if alt_view is None:
     display(Markdown(f"No data yet for the {alt_config} toy config."))
+else:
+    decomposition_figure(*alt_view, alt_config)
 
 # %% [markdown]
 # ## Every term

@@ -102,6 +102,14 @@ def test_core_imports_no_phase():
     assert not bad, "core imports a phase: " + "; ".join(bad)
 
 
+def test_only_the_notebooks_import_plots():
+    """``plots/`` holds figure helpers for the notebooks (``notebooks/*.py``): no library module
+    outside it imports it, so figures never become a dependency of a phase, core or the report."""
+    bad = [f"{m} -> {d}" for m, deps in import_graph().items()
+           if not m.startswith("decodelab.plots") for d in deps if d.startswith("decodelab.plots")]
+    assert not bad, "imports plots: " + "; ".join(bad)
+
+
 @pytest.mark.parametrize("face", ["bench", "notebook"])
 def test_no_phase_imports_another_phases_bench_or_notebook(face):
     """``bench`` may be a module or a package (``engine/bench/``): anything inside counts."""

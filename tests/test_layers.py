@@ -10,7 +10,7 @@ from decodelab.analysis.decompose import decompose, regime_table, terms_frame
 from decodelab.analysis.layers import REGIMES, Headline, Tables, load_tables
 from decodelab.analysis.notebook import NotebookParams
 from decodelab.analysis.seed_table import agrees, seed_table
-from decodelab.core.results import write_table
+from decodelab.core.results import SchemaMismatchError, stored_tables, write_table
 from decodelab.core.seed import SEED_CLAIMS, SEED_REGIMES
 from decodelab.core.validate import ConfigError
 from decodelab.plots.report import decomposition_figure, empty_figure
@@ -131,6 +131,24 @@ def test_load_tables_reads_a_reference_tree(tmp_path, monkeypatch):
     assert [r.name for r in regimes] == ["eager", "graph", "multi-step graph"]
     node = {t.layer: t.us for t in regimes[1].terms}["node"]
     assert node == pytest.approx(synthetic.KNOWN["graph"]["node"])
+
+
+def test_stored_tables_leaves_absent_ones_out_and_says_which_it_cannot_read(tmp_path,
+                                                                             monkeypatch):
+    synthetic.write_reference_tree(tmp_path, names=("dispatch", "replay_multistep"))
+    monkeypatch.setenv("DECODELAB_ROOT", str(tmp_path))
+    monkeypatch.setenv("DECODELAB_LOCAL", str(tmp_path / "local"))
+    local = synthetic.tables()["dispatch"].drop(columns=["origin", "device"]).assign(extra=1)
+    write_table("dispatch", local, out_dir=tmp_path / "local", info=synthetic.FakeInfo())
+    names = ("replay_multistep", "replay_nodes", "dispatch")
+    assert list(stored_tables(names, origins=["reference"])) == ["replay_multistep", "dispatch"]
+    assert list(stored_tables(names, origins=["local"])) == ["dispatch"]
+    assert stored_tables(names, origins=[]) == {}
+    with pytest.raises(SchemaMismatchError):  # both copies of dispatch: their columns differ
+        stored_tables(names)
+    problems: dict[str, str] = {}
+    assert list(stored_tables(names, problems=problems)) == ["replay_multistep"]
+    assert list(problems) == ["dispatch"] and problems["dispatch"].startswith("unreadable: ")
 
 
 def test_notebook_params_validate():

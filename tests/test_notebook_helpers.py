@@ -120,6 +120,14 @@ def test_regime_view_and_prose():
         == "No seed claim could be checked yet."
 
 
+def test_explore_view_is_the_decomposition_at_another_toy_config():
+    params = report_nb.NotebookParams(profile="smoke", interactive=False)
+    terms, table = report_nb.explore_view(_tables(), params, "ultra-light", toy_only=True)
+    assert list(table["regime"]) == list(report_nb.TOY_REGIMES)
+    assert set(terms["regime"]) == set(report_nb.TOY_REGIMES)
+    assert report_nb.explore_view(Tables({}, synthetic.ORIGIN), params, "h256") is None
+
+
 def test_findings_carry_numbers_and_sources_and_shrink_with_the_data():
     tables = _tables()
     regimes, _ = decompose(tables)

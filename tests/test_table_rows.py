@@ -13,16 +13,14 @@ import pandas as pd
 import pytest
 
 from decodelab.core import paths
-from decodelab.core.results import RENAMED_COLUMNS, load_table, write_table
+from decodelab.core.results import RENAMED_COLUMNS, load_table, stamped, write_table
 from decodelab.engine.bench.rows import (
     BatchRow,
     ErrorRow,
     RequestRow,
-    RunStamp,
     RuntimeRow,
     SamplerRow,
     StepRow,
-    stamped,
 )
 from decodelab.engine.bench.step_timing import RunResult
 from decodelab.engine.metrics import RequestRecord, StepRecord
@@ -42,8 +40,8 @@ def _engine_rows() -> dict[str, object]:
             "runtime_batch": BatchRow.of(4, eng, bare),
             "runtime_requests": RequestRow.of(request, 100.0, 2.0, 500.0),
             "runtime_errors": ErrorRow("error", "callback_error", 1)}
-    stamp = RunStamp("tiny", "float32", 8, 1.0, 3.5)
-    return {name: stamped([row], stamp)[0] for name, row in rows.items()}
+    run = dict(model="tiny", dtype="float32", block_size=8, graph_tokens_agree=1.0, bench_s=3.5)
+    return {name: stamped([row], **run)[0] for name, row in rows.items()}
 
 
 def _tp_rows() -> dict[str, object]:
@@ -57,7 +55,7 @@ def _tp_rows() -> dict[str, object]:
     op = tp_rows.OpTime(1, "c10d::allreduce_", 7.0, 20.0, 30.0)
     prof = tp_rows.ProfileRow.of("tiny", 2, "eager", 1, 64, op)
     rows = {"tp": tp, "tp_collectives": coll, "tp_profile": prof}
-    return {name: tp_rows.stamped([row], 2.5, 2)[0] for name, row in rows.items()}
+    return {name: stamped([row], bench_s=2.5, world_size=2)[0] for name, row in rows.items()}
 
 
 CASES = {
@@ -124,3 +122,23 @@ def test_a_renamed_column_loads_under_its_new_name(tmp_path):
     merged = load_table("tp", reference=old, local=new)
     assert list(merged["ms_per_step"]) == [2.5, 3.0] and "ms_per_token" not in merged
     assert "ms_per_token" in _header(old / "h200x2" / "tp.csv")  # the file itself unchanged
+
+
+def test_stamped_fills_placeholders_and_keeps_what_an_earlier_write_stamped():
+    first = stamped([tp_rows.SkipRow("tiny", 2, 1.0, 0.5, "too big")], bench_s=1.5, world_size=2)
+    both = stamped([*first, tp_rows.SkipRow("small", 2, 2.0, 0.5, "too big")], bench_s=4.0,
+                   world_size=2)
+    assert [(r.bench_s, r.world_size) for r in both] == [(1.5, 2), (4.0, 2)]
+    with pytest.raises(TypeError, match="no run column"):
+        stamped([KernelRow("gemv", 2.0, 30.0, 1, 512, 0.25)], batch=4)
+
+
+def test_the_step_phases_and_the_request_record_are_declared_once():
+    from decodelab.engine.metrics import PHASE_COLS, PHASES
+
+    record = [f.name for f in fields(StepRecord)]
+    assert record[5:5 + len(PHASES)] == list(PHASES)  # after step .. prefill_tokens
+    step = [f.name for f in fields(StepRow)]
+    assert step[4:4 + len(PHASE_COLS)] == list(PHASE_COLS)  # after variant .. bucket
+    request = [f.name for f in fields(RequestRow)]
+    assert request[:len(fields(RequestRecord))] == [f.name for f in fields(RequestRecord)]

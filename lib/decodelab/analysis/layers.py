@@ -164,14 +164,9 @@ def selector_of(table: str, origin: str | None, where: Mapping[str, object]) -> 
 
 def load_tables(origin: str | None = "reference/h200", names: Sequence[str] = TABLES) -> Tables:
     """Every phase table that exists (merged reference + local, then filtered to ``origin``)."""
-    from decodelab.core.results import SchemaMismatchError, load_table
+    from decodelab.core.results import stored_tables
 
-    frames, problems = {}, {}
-    for name in names:
-        try:  # only this origin's files: a local run of another schema must not hide them
-            frames[name] = load_table(name, origins=[origin] if origin else None)
-        except FileNotFoundError:
-            continue
-        except (SchemaMismatchError, ValueError, OSError) as exc:  # unreadable: say so
-            problems[name] = f"unreadable: {exc}"
+    problems: dict[str, str] = {}  # unreadable tables: say so
+    # only this origin's files: a local run of another schema must not hide them
+    frames = stored_tables(names, origins=[origin] if origin else None, problems=problems)
     return Tables(frames, origin, problems)

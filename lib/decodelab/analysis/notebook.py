@@ -173,16 +173,14 @@ def seed_tally(seeds: pd.DataFrame) -> str:
 TOY_REGIMES = ("eager", "graph", "multi-step graph", "persistent kernel")
 
 
-def explore_figure(tables: Tables, params: NotebookParams, config: str, *,
-                   toy_only: bool = False):
-    """The decomposition figure at another toy config, of every regime or (``toy_only``) of the
-    regimes that config changes; None when nothing was measured there."""
+def explore_view(tables: Tables, params: NotebookParams, config: str, *,
+                 toy_only: bool = False) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """(terms, regime table) of the decomposition at another toy config, of every regime or
+    (``toy_only``) of the regimes that config changes, for ``plots.report.decomposition_figure``;
+    None when nothing was measured there."""
     from dataclasses import replace
-
-    from decodelab.plots.report import decomposition_figure
 
     picked = decompose(tables, replace(params.headline, toy_config=config))[0]
     if toy_only:
         picked = [r for r in picked if r.name in TOY_REGIMES]
-    return decomposition_figure(terms_frame(picked), regime_table(picked), config) if picked \
-        else None
+    return (terms_frame(picked), regime_table(picked)) if picked else None

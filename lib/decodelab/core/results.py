@@ -183,3 +183,53 @@ def load_table(name: str, *, reference: Path | None = None, local: Path | None =
 def has_table(name: str, **kwargs: Any) -> bool:
     return bool(table_files(name, **kwargs))
 
+
+def stored_tables(names: Iterable[str], *, origins: Iterable[str] | None = None,
+                  problems: dict[str, str] | None = None) -> dict[str, pd.DataFrame]:
+    """Each table of ``names`` that has a stored copy (of ``origins``, filtered by prefix as
+    :func:`load_table` does), loaded by :func:`load_table`, by name; the others are left out.
+    A copy that cannot be read raises; given ``problems``, its table is left out instead and
+    the reason recorded there (``problems[name] = "unreadable: ..."``)."""
+    wanted = None if origins is None else tuple(origins)
+    out = {}
+    for name in names:
+        if not any(o.startswith("" if wanted is None else wanted) for o, _ in table_files(name)):
+            continue
+        try:
+            out[name] = load_table(name, origins=wanted)
+        except (SchemaMismatchError, ValueError, OSError) as exc:
+            if problems is None:
+                raise
+            problems[name] = f"unreadable: {exc}"
+    return out
+
+
+def stamped(rows: Iterable[Any], **columns: Any) -> list[Any]:
+    """``rows`` (dataclass instances) with the run's columns filled in: a field named in
+    ``columns`` that still holds its placeholder (the field's default; NaN counts as equal to
+    NaN) takes the value given, one stamped before (a table written again with rows added)
+    keeps its own. A field without a default is no run column: TypeError."""
+    out = []
+    for row in rows:
+        defaults = {f.name: f.default for f in dataclasses.fields(row)}
+        fill = {}
+        for name, value in columns.items():
+            default, now = defaults[name], getattr(row, name)
+            if default is dataclasses.MISSING:
+                raise TypeError(f"{type(row).__name__}.{name} has no placeholder default: "
+                                "it is no run column")
+            if now == default or (now != now and default != default):
+                fill[name] = value
+        out.append(dataclasses.replace(row, **fill) if fill else row)
+    return out
+
+
+def origin_label(origin: str) -> str:
+    """A row's :data:`ORIGIN` in words: 'reference/h200' -> 'H200 (shipped reference)',
+    'reference/h200x2' -> '2× H200 (shipped reference)', 'local' -> 'this machine'."""
+    if not origin.startswith("reference/"):
+        return "this machine"
+    name = origin.split("/", 1)[1]
+    base, _, count = name.rpartition("x")  # '<device>x<N>': N GPUs of one host
+    device = f"{count}× {base.upper()}" if base and count.isdecimal() else name.upper()
+    return f"{device} (shipped reference)"

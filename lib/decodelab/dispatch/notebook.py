@@ -56,10 +56,10 @@ def measure_and_store(profile: str) -> list[str]:
 
 def load() -> pd.DataFrame:
     """Every stored copy of table ``dispatch`` (reference and this machine), or an empty one."""
-    from decodelab.core.results import has_table, load_table
+    from decodelab.core.results import stored_tables
     from decodelab.dispatch.bench import TABLE
 
-    return load_table(TABLE) if has_table(TABLE) else pd.DataFrame()
+    return stored_tables([TABLE]).get(TABLE, pd.DataFrame())
 
 
 def by_backend(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -88,7 +88,7 @@ def slug(origin: str) -> str:
 
 def ratio_lines(ratios: pd.DataFrame, seed_ratio: float) -> str:
     """One Markdown line per named config and origin: host CPU and wall, eager / graph."""
-    from decodelab.plots import origin_label
+    from decodelab.core.results import origin_label
 
     return "\n".join(
         f"- **{r['config']}** ({origin_label(r['origin'])}): host CPU {r['host_ratio']:.1f}x "

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from decodelab.engine.requests import Sequence
 
 NAN = float("nan")
-PHASES = ("schedule", "prepare", "forward", "sample", "update", "emit")
+PHASES = ("schedule", "prepare", "forward", "sample", "update", "emit")  # in the order they run
+PHASE_COLS = tuple(f"{p}_us" for p in PHASES)  # their columns (µs) in table runtime_steps
 
 
 @dataclass(slots=True)
@@ -36,6 +37,7 @@ class StepRecord:
     bucket: int  # decode rows after padding to the graph bucket (0: no decode this step)
     prefill_rows: int
     prefill_tokens: int
+    # one field per PHASES entry, in that order (tests/test_table_rows.py holds them to it)
     schedule: float = 0.0
     prepare: float = 0.0
     forward: float = 0.0
@@ -48,8 +50,7 @@ class StepRecord:
     @property
     def host(self) -> float:
         """Host time of the step outside the forward pass and outside stalls."""
-        return (self.schedule + self.prepare + self.sample + self.update + self.emit
-                - self.sync_wait)
+        return sum(getattr(self, p) for p in PHASES if p != "forward") - self.sync_wait
 
 
 class PhaseClock:

@@ -62,7 +62,7 @@ def run_local_bench(params: NotebookParams) -> tuple[list[Path], list[str]]:
 def technique_costs(runtime: pd.DataFrame) -> str:
     """Markdown, one line per origin: each technique switched off, as a multiple of the full
     engine's step."""
-    from decodelab.plots import origin_label
+    from decodelab.core.results import origin_label
 
     lines = []
     for origin, sel in runtime.groupby("origin", sort=False):
@@ -76,7 +76,7 @@ def technique_costs(runtime: pd.DataFrame) -> str:
 def sampler_ratios(samplers: pd.DataFrame) -> str:
     """Markdown, one line per origin: full-vocabulary sort over partial selection, and partial
     selection over the fused sampler where it ran, device time."""
-    from decodelab.plots import origin_label
+    from decodelab.core.results import origin_label
 
     s = samplers.set_index(["origin", "variant"])["device_us"]
 
@@ -95,7 +95,7 @@ def sampler_ratios(samplers: pd.DataFrame) -> str:
 
 def step_medians(steps: pd.DataFrame) -> pd.DataFrame:
     """Median µs per step of each phase, the sync wait and the wall, per origin and variant."""
-    from decodelab.plots.runtime import PHASE_COLS
+    from decodelab.engine.metrics import PHASE_COLS
 
     cols = [*PHASE_COLS, "sync_wait_us", "wall_us"]
     return steps.groupby(["origin", "variant"])[cols].median().reset_index()
@@ -103,9 +103,9 @@ def step_medians(steps: pd.DataFrame) -> pd.DataFrame:
 
 def load_tables() -> dict[str, pd.DataFrame]:
     """Every stored copy (shipped reference and this machine) of the runtime tables."""
-    from decodelab.core.results import has_table, load_table
+    from decodelab.core.results import stored_tables
 
-    return {name: load_table(name) for name in TABLES if has_table(name)}
+    return stored_tables(TABLES)
 
 
 def demo() -> tuple[pd.DataFrame, list[str], dict[str, int]]:
@@ -166,7 +166,7 @@ def demo() -> tuple[pd.DataFrame, list[str], dict[str, int]]:
 
 def summary(tables: dict[str, pd.DataFrame]) -> str:
     """Markdown lines with the headline numbers of every origin (no number typed by hand)."""
-    from decodelab.plots import origin_label
+    from decodelab.core.results import origin_label
 
     lines = []
     rt = tables.get("runtime")

@@ -41,13 +41,13 @@ def run_local_bench(params: NotebookParams) -> list[Path]:
 
 def load_tables() -> dict[str, pd.DataFrame]:
     """Every stored copy (shipped reference and this machine) of the paged-model tables."""
-    from decodelab.core.results import has_table, load_table
+    from decodelab.core.results import stored_tables
 
-    return {name: load_table(name) for name in TABLES if has_table(name)}
+    return stored_tables(TABLES)
 
 
 def _label(origin: str) -> str:
-    from decodelab.plots import origin_label
+    from decodelab.core.results import origin_label
 
     return origin_label(origin)
 

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from decodelab.core.profiles import measured_device
-from decodelab.core.results import write_table
+from decodelab.core.results import stamped, write_table
 from decodelab.core.timing import TimingConfig, copy_bandwidth_gb_s, median_times
 from decodelab.model.block_pool import blocks_needed
 from decodelab.model.config import named_config
@@ -50,7 +50,7 @@ from decodelab.parallel.group import NO_MULTICAST_ENV, TPGroup, init_world, shut
 from decodelab.parallel.memory import GIB, Fit, decide, free_bytes, rank_memory
 from decodelab.parallel.profile import gather_rows, profile_step
 from decodelab.parallel.progress import log
-from decodelab.parallel.rows import NAN, ProfileRow, R, SkipRow, TPChecks, TPRow, stamped
+from decodelab.parallel.rows import NAN, ProfileRow, R, SkipRow, TPChecks, TPRow
 from decodelab.parallel.shard import check_tp
 
 # Blocks beyond the timed batches' own: validation's greedy runs (4 prompts of
@@ -101,7 +101,8 @@ def _bench(cfg: TPBenchConfig, world: TPGroup, out_dir: Path) -> list[Path]:
     skipped: list[SkipRow] = []
 
     def write(name: str, table: list[R]) -> list[R]:  # after each part: a stall loses no more
-        table = stamped(table, round(time.perf_counter() - t0, 1), world.size)
+        table = stamped(table, bench_s=round(time.perf_counter() - t0, 1),
+                        world_size=world.size)
         if world.rank == 0 and table:
             path = write_table(name, table, out_dir=out_dir, config=meta, profile=cfg.profile)
             if path not in paths:

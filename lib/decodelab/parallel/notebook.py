@@ -65,9 +65,9 @@ def run_local_bench(params: NotebookParams, ranks: int = 2) -> list[Path]:
 
 def load_tables() -> dict[str, pd.DataFrame]:
     """Every stored copy (shipped reference and this machine) of the tensor-parallel tables."""
-    from decodelab.core.results import has_table, load_table
+    from decodelab.core.results import stored_tables
 
-    return {name: load_table(name) for name in TABLES if has_table(name)}
+    return stored_tables(TABLES)
 
 
 def split_timed(tables: dict[str, pd.DataFrame]
@@ -104,8 +104,8 @@ def _fmt_batch(b: float) -> str:
 
 def crossover_prose(tp: pd.DataFrame) -> str:
     """One line per origin and model: from which batch TP=n pays off, with the speed-ups."""
+    from decodelab.core.results import origin_label
     from decodelab.parallel.analysis import TIE_MARGIN, crossover
-    from decodelab.plots import origin_label
 
     lines = []
     for mode in ("graph", "eager"):
@@ -121,8 +121,8 @@ def crossover_prose(tp: pd.DataFrame) -> str:
 
 
 def collectives_prose(coll: pd.DataFrame) -> str:
+    from decodelab.core.results import origin_label
     from decodelab.parallel.analysis import peak_bus_bandwidth, small_message_latency
-    from decodelab.plots import origin_label
 
     lat = small_message_latency(coll).set_index(["origin", "mode"])
     peak = peak_bus_bandwidth(coll).set_index(["origin", "mode"])
@@ -145,8 +145,8 @@ def collectives_prose(coll: pd.DataFrame) -> str:
 def profile_prose(profile: pd.DataFrame) -> str:
     """Per origin and mode: each rank's NCCL all-reduce kernel time and process-group host
     call per collective, from ``tp_profile``."""
+    from decodelab.core.results import origin_label
     from decodelab.parallel.analysis import collective_ops
-    from decodelab.plots import origin_label
 
     ops = collective_ops(profile)
     lines = []

@@ -1,16 +1,17 @@
 """Result rows of ``bench tp``: one frozen dataclass per table, its fields in column order
 (``write_table`` adds ``device`` and ``torch_version`` in front). Imports no torch.
 
-Every table ends with ``bench_s`` and ``world_size``, filled by :func:`stamped` when rank 0
-writes the rows.
+Every table ends with ``bench_s`` and ``world_size``, filled by
+:func:`decodelab.core.results.stamped` when rank 0 writes the rows.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TypeVar
 
 NAN = float("nan")
+R = TypeVar("R")  # any row type
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,11 +123,3 @@ class SkipRow:
     bench_s: float = NAN
     world_size: int = 0
 
-
-R = TypeVar("R")
-
-
-def stamped(rows: list[R], bench_s: float, world_size: int) -> list[R]:
-    """``rows`` with the run's columns filled in (rows already stamped keep their time)."""
-    return [replace(r, bench_s=r.bench_s if r.bench_s == r.bench_s else bench_s,
-                    world_size=world_size) for r in rows]

@@ -9,7 +9,7 @@ families that need more.
 
 from __future__ import annotations
 
-import re
+from decodelab.core.results import origin_label  # noqa: F401 - the plots' name for it
 
 # Quantities of a decode step: the five layers of T_step, communication across GPUs, and the
 # measured views of a step they are computed from.
@@ -71,14 +71,3 @@ def origin_color(origin: str) -> str:
 def origin_marker(origins: list[str], origin: str) -> str:
     """A marker per origin, by its position among the origins of one figure."""
     return ORIGIN_MARKERS[origins.index(origin) % len(ORIGIN_MARKERS)]
-
-
-def origin_label(origin: str) -> str:
-    """'reference/h200' -> 'H200 (shipped reference)', 'reference/h200x2' -> '2× H200 (shipped
-    reference)', 'local' -> 'this machine'."""
-    if not origin.startswith("reference/"):
-        return "this machine"
-    name = origin.split("/", 1)[1]
-    many = re.fullmatch(r"(.+?)x(\d+)", name)
-    device = f"{many.group(2)}× {many.group(1).upper()}" if many else name.upper()
-    return f"{device} (shipped reference)"

@@ -7,10 +7,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import NullFormatter
 
+from decodelab.engine.metrics import PHASE_COLS
 from decodelab.plots import use_style
 from decodelab.plots.palette import origin_color, origin_label, quantity_color
 
-PHASE_COLS = ("schedule_us", "prepare_us", "forward_us", "sample_us", "update_us", "emit_us")
 VARIANT_ORDER = ("bare_forward", "engine", "no_graphs", "no_async_output", "no_static_inputs")
 
 

@@ -28,10 +28,11 @@ class NotebookParams(BaseParams):
 
 def load() -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
     """Every stored copy of tables ``replay_nodes`` and ``replay_multistep`` (None if absent)."""
-    from decodelab.core.results import has_table, load_table
+    from decodelab.core.results import stored_tables
 
-    return tuple(load_table(t) if has_table(t) else None
-                 for t in ("replay_nodes", "replay_multistep"))
+    names = ("replay_nodes", "replay_multistep")
+    tables = stored_tables(names)
+    return tuple(tables.get(t) for t in names)
 
 
 def meets(r2: float) -> str:
@@ -44,7 +45,7 @@ def meets(r2: float) -> str:
 def node_summary(fits: pd.DataFrame) -> str:
     """Markdown, one line per origin: T_replay and T_node of a graph, the host's cost per
     replay and an eager launch's cost, each with its interval and its fit's R²."""
-    from decodelab.plots import origin_label
+    from decodelab.core.results import origin_label
     from decodelab.replay.fit import R2_TARGET
 
     lines = []
@@ -69,7 +70,7 @@ def node_summary(fits: pd.DataFrame) -> str:
 def step_summary(fits: pd.DataFrame) -> str:
     """Markdown, one line per fitted (origin, config, variant) of T(K) = T_step + T_replay/K:
     the two terms, where more K stops paying, and both R² with the noise floor they face."""
-    from decodelab.plots import origin_label
+    from decodelab.core.results import origin_label
     from decodelab.replay.fit import R2_TARGET, snr_needed
 
     lines = [f"R² target {R2_TARGET}; the per-step form can reach it only where snr ≥ "
@@ -104,7 +105,7 @@ class Tradeoff:
     worst_rel_gap: float  # max |simulated / model - 1| of the time per useful token
 
     def prose(self, n_requests: int, seed: int) -> str:
-        from decodelab.plots import origin_label
+        from decodelab.core.results import origin_label
 
         return (f"Model from {origin_label(self.origin)}, config **{self.config}**: R = "
                 f"{self.model.t_replay_us:.2f} µs per replay, S = {self.model.t_step_us:.2f} µs "

@@ -43,10 +43,10 @@ from pathlib import Path
 import torch
 
 from decodelab.core.profiles import on_bench_device
-from decodelab.core.results import write_table
+from decodelab.core.results import stamped, write_table
 from decodelab.engine.bench import checks, sampler_timing, step_timing, workload
 from decodelab.engine.bench.config import SPARE_BLOCKS, RuntimeBenchConfig, graph_buckets
-from decodelab.engine.bench.rows import BatchRow, RunStamp, RuntimeRow, StepRow, stamped
+from decodelab.engine.bench.rows import BatchRow, RuntimeRow, StepRow
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.sampler import use_fused
 from decodelab.model.block_pool import blocks_needed
@@ -133,12 +133,12 @@ def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Pa
     batch_rows = _optional("batch sweep", sweep) or []
     request_rows, error_rows = _optional(
         "workload", lambda: workload.poisson_workload(model, graphs, base, cfg)) or ([], [])
-    stamp = RunStamp(cfg.model, cfg.dtype, cfg.block_size, agreement,
-                     round(time.perf_counter() - t_start, 1))
+    run = dict(model=cfg.model, dtype=cfg.dtype, block_size=cfg.block_size,
+               graph_tokens_agree=agreement, bench_s=round(time.perf_counter() - t_start, 1))
     tables = (("runtime", rows), ("runtime_steps", step_rows), ("runtime_sampler", sampler_rows),
               ("runtime_batch", batch_rows), ("runtime_requests", request_rows),
               ("runtime_errors", error_rows))
-    return [write_table(name, stamped(table, stamp), out_dir=out_dir, config=cfg,
+    return [write_table(name, stamped(table, **run), out_dir=out_dir, config=cfg,
                         profile=profile) for name, table in tables if table]
 
 

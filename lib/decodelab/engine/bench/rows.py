@@ -1,42 +1,27 @@
 """Result rows of ``bench runtime``: one frozen dataclass per table, its fields in column order
 (``write_table`` adds ``device`` and ``torch_version`` in front). Imports no torch.
 
-Every table ends with the run's own columns (model .. bench_s), filled when the run ends by
-:func:`stamped`; until then they hold placeholders.
+Every table ends with the run's own columns, filled when the run ends by
+:func:`decodelab.core.results.stamped` (until then they hold placeholders): ``model``, ``dtype``,
+``block_size``, ``graph_tokens_agree`` (validate_engine's fraction of equal tokens) and
+``bench_s`` (seconds the whole run took).
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, TypeVar
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from decodelab.engine.metrics import PHASES, RequestRecord
 
 if TYPE_CHECKING:
     from decodelab.engine.bench.step_timing import RunResult
-    from decodelab.engine.metrics import RequestRecord, StepRecord
+    from decodelab.engine.metrics import StepRecord
 
 NAN = float("nan")
 TARGET_RATIO = 1.05  # engine step / bare forward step the engine aims to stay under
 TARGET_SAMPLER_SHARE = 0.03  # sampler device time / engine step the sampler aims to stay under
-
-
-@dataclass(frozen=True, slots=True)
-class RunStamp:
-    """What every row of one bench run shares."""
-
-    model: str
-    dtype: str
-    block_size: int
-    graph_tokens_agree: float  # validate_engine's fraction of equal tokens
-    bench_s: float  # seconds the whole run took
-
-
-R = TypeVar("R")
-
-
-def stamped(rows: list[R], stamp: RunStamp) -> list[R]:
-    """``rows`` with the run's columns filled in."""
-    return [replace(r, **asdict(stamp)) for r in rows]
 
 
 def _us(seconds: float) -> float:
@@ -91,7 +76,8 @@ class RuntimeRow:
 
 @dataclass(frozen=True, slots=True)
 class StepRow:
-    """Table ``runtime_steps``: one engine step's breakdown (metrics.PHASES, in µs)."""
+    """Table ``runtime_steps``: one engine step's breakdown (a column per metrics.PHASES, in
+    µs: metrics.PHASE_COLS)."""
 
     variant: str
     step: int
@@ -114,9 +100,9 @@ class StepRow:
 
     @classmethod
     def of(cls, rec: StepRecord, variant: str) -> StepRow:
-        return cls(variant, rec.step, rec.batch, rec.bucket, _us(rec.schedule),
-                   _us(rec.prepare), _us(rec.forward), _us(rec.sample), _us(rec.update),
-                   _us(rec.emit), _us(rec.sync_wait), _us(rec.wall), _us(rec.host))
+        return cls(variant, rec.step, rec.batch, rec.bucket,
+                   *(_us(getattr(rec, p)) for p in PHASES), _us(rec.sync_wait), _us(rec.wall),
+                   _us(rec.host))
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,18 +155,10 @@ class BatchRow:
 
 
 @dataclass(frozen=True, slots=True)
-class RequestRow:
-    """Table ``runtime_requests``: one request of the Poisson workload."""
+class RequestRow(RequestRecord):
+    """Table ``runtime_requests``: one request of the Poisson workload: the engine's record of
+    it (the fields of ``metrics.RequestRecord``, first), then these columns."""
 
-    request_id: str
-    status: str
-    finish_reason: str
-    prompt_tokens: int
-    output_tokens: int
-    preemptions: int
-    ttft_s: float
-    tpot_s: float
-    e2e_s: float
     ttft_ms: float
     tpot_ms: float
     arrival_rate: float  # requests per second of the workload
@@ -195,9 +173,8 @@ class RequestRow:
     @classmethod
     def of(cls, r: RequestRecord, arrival_rate: float, workload_s: float,
            throughput: float) -> RequestRow:
-        return cls(r.request_id, r.status, r.finish_reason, r.prompt_tokens, r.output_tokens,
-                   r.preemptions, r.ttft_s, r.tpot_s, r.e2e_s, r.ttft_s * 1e3, r.tpot_s * 1e3,
-                   arrival_rate, workload_s, throughput)
+        return cls(**asdict(r), ttft_ms=r.ttft_s * 1e3, tpot_ms=r.tpot_s * 1e3,
+                   arrival_rate=arrival_rate, workload_s=workload_s, throughput_tok_s=throughput)
 
 
 @dataclass(frozen=True, slots=True)

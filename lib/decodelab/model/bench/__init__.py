@@ -32,13 +32,12 @@ contiguous cache at the model's attention shapes (:mod:`decodelab.model.attentio
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from decodelab.core.profiles import on_bench_device
-from decodelab.core.results import write_table
+from decodelab.core.results import stamped, write_table
 from decodelab.core.timing import copy_bandwidth_gb_s, median_times
 from decodelab.model.bench import checks, kernels, peers
 from decodelab.model.bench.attention import ATTENTION_TABLE, attention_rows
@@ -147,8 +146,8 @@ def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list
     profiled = kernels.kernel_profile_isolated(cfg.model, cfg.dtype, cfg.block_size,
                                                blocks_per_seq, choice) if has_graphs else None
     bench_s = round(time.perf_counter() - t_start, 1)
-    rows = [replace(r, model=cfg.model, dtype=cfg.dtype, block_size=cfg.block_size,
-                    bench_s=bench_s) for r in rows]
+    rows = stamped(rows, model=cfg.model, dtype=cfg.dtype, block_size=cfg.block_size,
+                   bench_s=bench_s)
     paths = [write_table("paged_model", rows, out_dir=out_dir, config=cfg, profile=profile)]
     kernel_rows = [KernelRow(**r) for r in profiled or []]
     attention = (attention_rows(mcfg, cfg.batches, cfg.contexts, block_size=cfg.block_size,
