@@ -24,6 +24,7 @@ import torch
 
 from decodelab.model.block_pool import BlockPool
 from decodelab.model.kv_cache import slots_for
+from decodelab.model.prefill_pack import check_chunks
 
 _HASH_MOD = 1_000_003  # a prime: the context hash reduced mod it spreads over the table rows
 
@@ -78,13 +79,21 @@ class FakeModel:
             out[bad] = float("nan")
         return out
 
-    def prefill(self, token_ids, block_tables) -> torch.Tensor:
+    def prefill(self, token_ids, block_tables, starts=None) -> torch.Tensor:
+        """Chunk i's tokens go to positions starts[i] ..; its logits are those of its whole
+        context read back through its block table (earlier chunks and decode steps included),
+        so a chunked prefill gives a whole prompt's logits. The real model's input checks."""
         bs = self.cache.block_size
+        starts = check_chunks(token_ids, block_tables, starts, block_size=bs,
+                              num_blocks=self.cache.num_blocks,
+                              vocab_size=self.config.vocab_size,
+                              max_positions=self.config.max_position_embeddings)
         rows = []
-        for toks, bt in zip(token_ids, block_tables, strict=True):
-            slots = torch.tensor(slots_for(bt, 0, len(toks), bs))
-            self.cache.write(slots, torch.tensor(toks))
-            rows.append(self._logits(torch.tensor([toks]), torch.tensor([len(toks)])))
+        for toks, bt, start in zip(token_ids, block_tables, starts, strict=True):
+            end = start + len(toks)
+            self.cache.write(torch.tensor(slots_for(bt, start, end, bs)), torch.tensor(toks))
+            ctx = self.cache.tokens[torch.tensor(slots_for(bt, 0, end, bs))]
+            rows.append(self._logits(ctx[None], torch.tensor([end])))
         return torch.cat(rows)
 
     def decode(self, input_ids, positions, slot_mapping, block_tables, context_lens):

@@ -43,15 +43,20 @@ class RuntimeCache(Protocol):
 
 @runtime_checkable
 class RuntimeModel(Protocol):
-    """A decoder over a paged KV cache: prefill of whole prompts, one decode step of a batch."""
+    """A decoder over a paged KV cache: prefill of prompt chunks, one decode step of a batch."""
 
     config: ModelShape
     cache: RuntimeCache
     device: torch.device | str
 
-    def prefill(self, token_ids: Sequence[Sequence[int]],
-                block_tables: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Prompts (each with its block table) -> last-position logits (N, vocab) float32."""
+    def prefill(self, token_ids: Sequence[Sequence[int]], block_tables: Sequence[Sequence[int]],
+                starts: Sequence[int] | None = None) -> torch.Tensor:
+        """Chunks (each with its block table) -> logits at each chunk's last position
+        (N, vocab) float32. ``token_ids[i]`` are the new tokens of sequence i at positions
+        ``starts[i] .. starts[i] + len - 1`` (``starts`` None: all 0, whole prompts); the
+        positions before ``starts[i]`` are already in the cache, the chunk's are written to
+        the slots its block table gives, and each chunk token attends to every position of its
+        sequence up to its own. Bad inputs raise ValueError before any device work."""
         ...
 
     def decode(self, input_ids: torch.Tensor, positions: torch.Tensor,

@@ -4,10 +4,16 @@ Interface (stable; the runtime engine builds on exactly this):
 
     model = PagedLlama(config, weights, cache, backend="auto")   # "torch" | "triton" | "auto"
                                                 # pdl=None: on where the GPU has it (sm_90+)
-    model.prefill(token_ids: list[list[int]], block_tables: list[list[int]])
-        -> logits (n_seqs, vocab) float32 at each prompt's last position.
-        Prompt i occupies positions 0 .. len-1 and its K/V are written to the slots its block
-        table gives (the table must already hold ceil(len / block_size) blocks).
+    model.prefill(token_ids: list[list[int]], block_tables: list[list[int]],
+                  starts: list[int] | None = None)
+        -> logits (n_seqs, vocab) float32 at each chunk's last position.
+        ``token_ids[i]`` are the new tokens of sequence i (a chunk, or a whole prompt), at
+        positions starts[i] .. starts[i] + len - 1 (``starts`` None: all 0, whole prompts);
+        positions before starts[i] must already be in the cache (an earlier chunk, decode
+        steps). The chunk's K/V are written to the slots its block table gives (the table must
+        already hold ceil((start + len) / block_size) blocks), then each chunk token attends
+        causally to positions 0 .. its own of its own sequence, read from the paged cache.
+        Bad inputs raise ValueError before any device work (``prefill_pack.check_chunks``).
     model.decode(input_ids (B,) int64, positions (B,) int64, slot_mapping (B,) int64,
                  block_tables (B, max_blocks) int32, context_lens (B,) int32)
         -> logits (B, vocab) float32.
@@ -18,10 +24,10 @@ Interface (stable; the runtime engine builds on exactly this):
         a CUDA graph (see ``decodelab.model.graphs.DecodeGraphs``).
 
 ``backend="triton"`` (CUDA only) swaps in fused kernels for the norms, RoPE + cache write, the
-SwiGLU product, paged decode attention, and matmuls of 1 to 64 rows where they beat cuBLAS
-(``model.triton``: ``ops``, ``attention``, ``linear``, ``skinny``, ``matmul_choice``, ``fused``);
-``"torch"`` is the plain reference the tests compare with ``transformers``. Prefill's RoPE,
-cache write and attention are torch.
+SwiGLU product, paged decode and prefill attention (one varlen kernel per pack, any lengths,
+no per-shape plan), and matmuls of 1 to 64 rows where they beat cuBLAS (``model.triton``:
+``ops``, ``attention``, ``prefill_attention``, ``linear``, ``skinny``, ``matmul_choice``,
+``fused``); ``"torch"`` is the plain reference the tests compare with ``transformers``.
 At batch 1 the residual add and RMSNorm before the q/k/v and gate/up projections run inside
 their gemv (``ops.add_norm_linear``). On sm_90 and newer the kernels of a captured step use
 programmatic dependent launch (``pdl``; ``pdl=False`` turns it off, to measure what it
@@ -40,9 +46,10 @@ import torch
 import torch.nn.functional as F
 
 from decodelab.core.validate import ConfigError, check_choice
-from decodelab.model.attention import paged_decode_attention_ref, prefill_attention
+from decodelab.model.attention import paged_decode_attention_ref, paged_prefill_attention_ref
 from decodelab.model.config import ModelConfig, rope_inv_freq
-from decodelab.model.kv_cache import PagedKVCache, slots_at, slots_for
+from decodelab.model.kv_cache import PagedKVCache, slots_at
+from decodelab.model.prefill_pack import pack_prefill
 from decodelab.model.weights import Weights
 
 
@@ -105,6 +112,14 @@ class TorchOps:
         return F.linear(cls.silu_mul(gate_up), w)
 
     decode_attention = staticmethod(paged_decode_attention_ref)
+
+    @staticmethod
+    def prefill_attention(q, k_cache, v_cache, block_tables, query_starts, starts, scale,
+                          max_query_len: int) -> torch.Tensor:
+        """``TritonOps.prefill_attention``'s contract (``max_query_len`` sizes its grid; the
+        reference loops over the chunks instead)."""
+        return paged_prefill_attention_ref(q, k_cache, v_cache, block_tables, query_starts,
+                                           starts, scale)
 
 
 def _ops(backend: str, device: torch.device, pdl: bool | None, linear_choice: dict | None):
@@ -188,33 +203,25 @@ class PagedLlama:
 
     # ------------------------------------------------------------------ public forward passes
     @torch.inference_mode()
-    def prefill(self, token_ids: Sequence[Sequence[int]],
-                block_tables: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Prompts of different lengths, packed without padding -> last-position logits."""
-        if len(token_ids) != len(block_tables) or not token_ids:
-            raise ValueError(f"prefill: {len(token_ids)} prompts, {len(block_tables)} block "
-                             "tables; need the same non-zero number")
-        lens = [len(p) for p in token_ids]
-        if min(lens) < 1:
-            raise ValueError("prefill: every prompt needs at least one token")
-        bs = self.cache.block_size
-        flat = [tok for p in token_ids for tok in p]
-        pos = [i for n in lens for i in range(n)]
-        slots = [s for n, bt in zip(lens, block_tables, strict=True) for s in slots_for(bt, 0, n, bs)]
-        dev = self.device
-        ids = torch.tensor(flat, dtype=torch.int64, device=dev)
-        positions = torch.tensor(pos, dtype=torch.int64, device=dev)
-        slot_mapping = torch.tensor(slots, dtype=torch.int64, device=dev)
-        cos, sin = self.cos[positions], self.sin[positions]
+    def prefill(self, token_ids: Sequence[Sequence[int]], block_tables: Sequence[Sequence[int]],
+                starts: Sequence[int] | None = None) -> torch.Tensor:
+        """Chunks of new tokens (whole prompts where ``starts`` is None), packed without
+        padding -> logits (n, vocab) float32 at each chunk's last position (see module doc)."""
+        cache, ops = self.cache, self.ops
+        pack = pack_prefill(cache, token_ids, block_tables, starts,
+                            vocab_size=self.config.vocab_size,
+                            max_positions=self.config.max_position_embeddings)
 
         def attend(layer, q, k, v):
-            q, k = TorchOps.rope(q, cos, sin), TorchOps.rope(k, cos, sin)
-            self.cache.write(layer, k, v, slot_mapping)
-            return prefill_attention(q, k, v, lens, self.scale)
+            # K/V to the cache first: each chunk then reads its own and its earlier positions
+            # from there, in one call for the whole pack.
+            q = ops.rope_write(q, k, v, pack.positions, self.cos, self.sin, cache, layer,
+                               pack.slot_mapping)
+            return ops.prefill_attention(q, cache.k[layer], cache.v[layer], pack.block_tables,
+                                         pack.query_starts, pack.starts, self.scale,
+                                         pack.max_query_len)
 
-        x = self._forward(ids, attend)
-        last = torch.tensor(lens, device=dev).cumsum(0) - 1
-        return self._logits(x[last])
+        return self._logits(self._forward(pack.ids, attend)[pack.last])
 
     @torch.inference_mode()
     def decode(self, input_ids: torch.Tensor, positions: torch.Tensor, slot_mapping: torch.Tensor,

@@ -81,3 +81,10 @@ class TritonOps:
                          ) -> torch.Tensor:
         return paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale,
                                       pdl=self._pdl(q.shape[0]))
+
+    def prefill_attention(self, q, k_cache, v_cache, block_tables, query_starts, starts, scale,
+                          max_query_len: int) -> torch.Tensor:
+        from decodelab.model.attention import paged_prefill_attention_ref
+
+        return paged_prefill_attention_ref(q, k_cache, v_cache, block_tables, query_starts,
+                                           starts, scale)
