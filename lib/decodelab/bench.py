@@ -21,6 +21,7 @@ PHASES: dict[str, str] = {
     "persistent": "decodelab.persistent.bench",
     "paged_model": "decodelab.model.bench",
     "runtime": "decodelab.engine.bench",
+    "serve": "decodelab.engine.bench.serve",
     "tp": "decodelab.parallel.bench",
 }
 # Phases that need one process per GPU (``make bench-gpu-tp`` starts them under torchrun);

@@ -1,0 +1,110 @@
+"""The serving bench's configuration per profile, and the engine variants it serves with.
+
+A variant is one line of :data:`VARIANTS`: a name and the ``EngineConfig`` fields it sets on
+top of the bench's base engine (``max_num_seqs``, ``max_model_len``, graphs where there are
+any). A variant whose fields this ``EngineConfig`` does not have is left out of the profiles
+(:func:`available_variants`) and refused when asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from decodelab.core.profiles import PROFILES
+from decodelab.core.validate import ConfigError, check_choice, check_float, check_int
+from decodelab.engine.bench.serve_workload import OfflineWorkload, OnlineSweep
+from decodelab.model.config import named_config
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "engine": {},
+}
+DTYPES = ("float32", "bfloat16", "float16")
+CONTEXT_SPARE = 8  # positions beyond the longest prompt + output of any workload
+
+
+def available_variants() -> tuple[str, ...]:
+    """The variants whose fields ``EngineConfig`` has, in :data:`VARIANTS`' order."""
+    from decodelab.engine.config import EngineConfig
+
+    have = {f.name for f in fields(EngineConfig)}
+    return tuple(name for name, sets in VARIANTS.items() if set(sets) <= have)
+
+
+@dataclass(frozen=True, slots=True)
+class ServeBenchConfig:
+    profile: str
+    model: str
+    dtype: str
+    max_num_seqs: int  # the engine's rows; decode graphs are captured up to this batch
+    offline: OfflineWorkload  # nano-vllm's benchmark (scaled down on a CPU)
+    long_prompts: OfflineWorkload
+    online: OnlineSweep  # rates relative to the offline run's request rate
+    warmup_prompt: int  # prompt length of the warm-up requests (serve_workload.warmup_requests)
+    graph_batches: tuple[int, ...] = ()  # buckets captured beyond graph_buckets' defaults
+    kv_margin_gib: float = 8.0  # GPU: memory left free beside the weights and the KV cache
+    block_size: int = 16
+    variants: tuple[str, ...] = ("engine",)
+
+    def __post_init__(self) -> None:
+        own = "ServeBenchConfig"
+        check_choice(own, "profile", self.profile, PROFILES)
+        check_choice(own, "dtype", self.dtype, DTYPES)
+        check_int(own, "max_num_seqs", self.max_num_seqs, 1, 4096)
+        check_int(own, "warmup_prompt", self.warmup_prompt, 1)
+        for b in self.graph_batches:
+            check_int(own, "graph_batches[]", b, 1, self.max_num_seqs)
+        check_float(own, "kv_margin_gib", self.kv_margin_gib, 0.0, 1024.0)
+        check_int(own, "block_size", self.block_size, 1, 1024)
+        if not isinstance(self.variants, tuple) or not self.variants:
+            raise ConfigError(f"{own}.variants={self.variants!r}: must be a non-empty tuple of "
+                              f"{', '.join(available_variants())}")
+        for v in self.variants:
+            check_choice(own, "variants[]", v, available_variants())
+        positions = named_config(self.model).max_position_embeddings
+        if self.max_model_len > positions:
+            raise ConfigError(f"{own}: the workloads need contexts of {self.max_model_len} "
+                              f"tokens; model {self.model!r} has positions for {positions}: "
+                              "prompt_len + output_len must stay within it")
+
+    @classmethod
+    def for_profile(cls, profile: str) -> ServeBenchConfig:
+        """The sizes of ``profile`` on any machine; where it runs is
+        :func:`~decodelab.core.profiles.on_bench_device`'s (``gpu`` without CUDA: refused)."""
+        if profile == "gpu":
+            return cls(profile=profile, model="llama-3.2-1b", dtype="bfloat16", max_num_seqs=256,
+                       offline=OfflineWorkload("offline", num_requests=256,
+                                               prompt_len=(100, 1024), output_len=(100, 1024)),
+                       long_prompts=OfflineWorkload("long_prompts", num_requests=128,
+                                                    prompt_len=(2048, 8192),
+                                                    output_len=(128, 512), seed=1),
+                       online=OnlineSweep(rate_fractions=(0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0),
+                                          max_requests=256, max_arrival_s=20.0),
+                       warmup_prompt=32, graph_batches=(160, 192, 224, 256),
+                       variants=available_variants())
+        if profile == "smoke":
+            return cls(profile=profile, model="tiny", dtype="float32", max_num_seqs=4,
+                       offline=OfflineWorkload("offline", num_requests=6, prompt_len=(4, 16),
+                                               output_len=(2, 8)),
+                       long_prompts=OfflineWorkload("long_prompts", num_requests=2,
+                                                    prompt_len=(64, 128), output_len=(2, 4),
+                                                    seed=1),
+                       online=OnlineSweep(rate_fractions=(0.5, 1.5), max_requests=6,
+                                          max_arrival_s=1.0),
+                       warmup_prompt=4, block_size=8, variants=available_variants())
+        return cls(profile=profile, model="tiny", dtype="float32", max_num_seqs=16,
+                   offline=OfflineWorkload("offline", num_requests=32, prompt_len=(16, 128),
+                                           output_len=(16, 128)),
+                   long_prompts=OfflineWorkload("long_prompts", num_requests=8,
+                                                prompt_len=(256, 768), output_len=(8, 32),
+                                                seed=1),
+                   online=OnlineSweep(rate_fractions=(0.5, 1.0, 1.5, 2.0, 3.0),
+                                      max_requests=32, max_arrival_s=3.0),
+                   warmup_prompt=8, block_size=8, variants=available_variants())
+
+    @property
+    def max_model_len(self) -> int:
+        """The engine's longest context: the longest request of any workload, and a spare."""
+        warmup = self.warmup_prompt + 16 + 2 + self.max_num_seqs // 2
+        return max(self.offline.max_context, self.long_prompts.max_context,
+                   warmup) + CONTEXT_SPARE
