@@ -142,7 +142,11 @@ def test_every_phase_has_a_registered_bench_of_one_shape():
 
 
 def test_no_library_module_over_the_line_budget():
-    budget, allowed = 300, {}  # module -> why it may be longer
+    budget, allowed = 300, {  # module -> why it may be longer
+        "decodelab.engine.fused_sampler": "the fused sampler is one design (its Triton passes, "
+        "their shared helpers and the launcher): cut in two, one half imported a dozen names "
+        "back from the other (issue 22)",
+    }
     long = {name: n for name, path in _modules().items()
             if (n := len(path.read_text().splitlines())) > budget and name not in allowed}
     assert not long, f"modules over {budget} lines: {long}"

@@ -102,15 +102,16 @@ def use_fused(choice: str, device: torch.device) -> bool:
     return ok
 
 
-CHUNK = 64
+SELECTION_CHUNK = 64  # tokens per chunk of two-stage candidate selection (``top_values``)
 MIN_CHUNKED_VOCAB = 32768
 
 
 def chunk_for(vocab: int, k_cand: int) -> int:
     """Two-stage selection where it reads the vocabulary once and keeps few chunks: a large
-    vocabulary that CHUNK divides, with at most a quarter of it in the kept chunks."""
-    if k_cand and vocab >= MIN_CHUNKED_VOCAB and vocab % CHUNK == 0 and 4 * k_cand * CHUNK <= vocab:
-        return CHUNK
+    vocabulary that SELECTION_CHUNK divides, with at most a quarter of it in the kept chunks."""
+    if (k_cand and vocab >= MIN_CHUNKED_VOCAB and vocab % SELECTION_CHUNK == 0
+            and 4 * k_cand * SELECTION_CHUNK <= vocab):
+        return SELECTION_CHUNK
     return 0
 
 
