@@ -68,6 +68,7 @@ def _kv_blocks(cfg: ServeBenchConfig, mcfg, dtype: torch.dtype, dev: torch.devic
     ``max_num_seqs`` rows at the longest context need."""
     if dev.type != "cuda":
         return cfg.max_num_seqs * blocks_needed(cfg.max_model_len, cfg.block_size) + SPARE_BLOCKS
+    torch.cuda.empty_cache()  # memory the allocator holds unused counts as free
     free, _ = torch.cuda.mem_get_info(dev)
     return PagedKVCache.blocks_for_memory(mcfg, cfg.block_size, dtype,
                                           free - int(cfg.kv_margin_gib * 2**30))
