@@ -231,9 +231,9 @@ display(show_table(seeds))
 # ## What the data says
 
 # %%
-display(Markdown("\n".join([*nb.regime_lines(regimes), *nb.transitions(regimes),
-                            f"- {nb.seed_tally(seeds)}"]) if regimes
-                 else "No regime has data yet."))
+moves = nb.transitions(regimes, tables, params.headline)
+display(Markdown("\n".join([*nb.regime_lines(regimes), *moves, f"- {nb.seed_tally(seeds)}"])
+                 if regimes else "No regime has data yet."))
 
 # %% [markdown]
 # ## Where each layer is measured

@@ -44,6 +44,8 @@ run_bench = True  # run the two-rank bench here (False: stored results only)
 from IPython.display import Markdown, display
 
 from decodelab import plots
+from decodelab.analysis.layers import HEADLINE_REFERENCE, Headline, load_tables
+from decodelab.analysis.tp_regime import one_gpu_note
 from decodelab.core import paths
 from decodelab.parallel import analysis
 from decodelab.parallel import notebook as nb
@@ -122,6 +124,9 @@ if "tp" in tables:
         headline = analysis.headline_table(tp, HEADLINE_ORIGIN)
         (paths.figures_dir() / "headline_tp.md").write_text(headline + "\n")
         display(Markdown(f"Graph mode, {plots.origin_label(HEADLINE_ORIGIN)}:\n\n{headline}"))
+        # TP=1 here is this run's own step; chapter 04a's one-GPU step is another run's
+        display(Markdown(one_gpu_note(load_tables(f"reference/{HEADLINE_REFERENCE}"),
+                                      Headline())))
     dec = analysis.decomposition(tp)
     display(show_table(dec[dec["tp"] > 1], {
         "origin": "source", "model": "model", "mode": "mode", "batch": "batch", "tp": "TP",

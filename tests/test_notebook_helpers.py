@@ -191,3 +191,39 @@ def test_tensor_parallel_regime_refuses_cpu_rows_and_reads_the_multi_gpu_folder(
     frames["tp"] = synthetic.tables()["tp"].assign(origin="reference/h200-other")
     regimes, notes = decompose(_tables(frames))
     assert any("tensor parallel: no data yet for table `tp`" in n for n in notes)
+
+
+def test_tensor_parallelism_is_compared_with_tp1_of_its_own_run():
+    """TP=n against the tp table's own TP=1 (same run, same code path), never against the
+    paged_model run's step; where both are quoted, the note says they are two runs and names
+    the commits of their sidecars."""
+    from decodelab.analysis.layers import Headline
+    from decodelab.analysis.tp_regime import one_gpu_note, tp1_step, tp_speedup_line
+
+    tables = _tables()
+    regimes, _ = decompose(tables)
+    tp = {r.name: r for r in regimes}["tensor parallel"]
+    us, src, origin = tp1_step(tables, Headline())
+    assert us == pytest.approx(2000.0) and src.endswith("tp=1]") and origin == synthetic.TP_ORIGIN
+    assert "a speed-up of 1.33x" in tp_speedup_line(tables, tp, Headline())  # 2.0 ms / 1.5 ms
+    moves = "\n".join(report_nb.transitions(regimes, tables))
+    assert "against 2,000 µs at TP=1 in the same run" in moves
+    assert "on one GPU" not in moves
+    stamped = Tables(tables.frames, synthetic.ORIGIN, stamps={
+        ("paged_model", synthetic.ORIGIN): ("newer1", "2026-02-01T00:00"),
+        ("tp", synthetic.TP_ORIGIN): ("older2", "2026-01-01T00:00")})
+    note = one_gpu_note(stamped, Headline())
+    assert "Table `tp` was measured at commit older2, table `paged_model` at newer1" in note
+    assert "two benches, two runs" in note and "2,000 µs" in note
+    assert "Both were measured" not in note
+    same = Tables(tables.frames, synthetic.ORIGIN, stamps={
+        ("paged_model", synthetic.ORIGIN): ("c1", "2"), ("tp", synthetic.TP_ORIGIN): ("c1", "1")})
+    assert "Both were measured at commit c1" in one_gpu_note(same, Headline())
+    frames = synthetic.tables()
+    frames["tp"] = frames["tp"][frames["tp"]["tp"] > 1]
+    alone = _tables(frames)
+    regimes, _ = decompose(alone)
+    assert tp_speedup_line(alone, regimes[-1], Headline()) == ""
+    assert one_gpu_note(alone, Headline()) == ""
+    found = {f.number: f.text for f in findings(tables, decompose(tables)[0])}
+    assert "at TP=1 in the same run" in found["27% of the step"]

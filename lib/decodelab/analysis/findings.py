@@ -149,11 +149,15 @@ def orchestration(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Fin
 
 
 def communication(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
+    from decodelab.analysis.tp_regime import tp_speedup_line
+
     (tp,) = _needed(regimes, "tensor parallel")
     comm = _term(tp, "comm")
+    versus = tp_speedup_line(tables, tp, h)
     return Finding(f"Split over two GPUs ({tp.config}), the collectives add "
                    f"{fmt_us(comm)} µs to a {fmt_us(tp.step_us)} µs step: T_comm is the layer "
-                   "tensor parallelism adds.", f"{comm / tp.step_us:.0%} of the step", tp.source)
+                   "tensor parallelism adds" + (f"; {versus}" if versus else "") + ".",
+                   f"{comm / tp.step_us:.0%} of the step", tp.source)
 
 
 FINDINGS: tuple[Callable[[Tables, Sequence[Regime], Headline], Finding], ...] = (
@@ -224,6 +228,10 @@ def _next_layer(regimes: Sequence[Regime], tables: Tables, h: Headline) -> list[
         tp = r["tensor parallel"]
         lead = ("and dominates it" if tp.dominant.layer == "comm"
                 else f"while {tp.dominant.layer} still leads")
+        from decodelab.analysis.tp_regime import one_gpu_note, tp_speedup_line
+
+        versus = tp_speedup_line(tables, tp, h)
         lines.append(f"**Across GPUs** the layer that appears is communication: comm is "
-                     f"{_term(tp, 'comm') / tp.step_us:.0%} of the TP step ({tp.config}), {lead}.")
+                     f"{_term(tp, 'comm') / tp.step_us:.0%} of the TP step ({tp.config}), {lead}"
+                     + (f"; {versus}" if versus else "") + ". " + one_gpu_note(tables, h))
     return lines

@@ -103,10 +103,18 @@ class Tables:
     """The phase tables of one origin (e.g. ``reference/h200``); absent tables are remembered."""
 
     def __init__(self, frames: Mapping[str, pd.DataFrame], origin: str | None = None,
-                 problems: Mapping[str, str] | None = None):
+                 problems: Mapping[str, str] | None = None,
+                 stamps: Mapping[tuple[str, str], tuple[str, str]] | None = None):
         self.frames = {k: v for k, v in frames.items() if v is not None and not v.empty}
         self.origin = origin
         self.problems = dict(problems or {})
+        # (table, origin) -> (commit, UTC time) of the run that wrote it, from its sidecar
+        self.stamps = dict(stamps or {})
+
+    def stamp(self, table: str, origin: str | None = None) -> tuple[str, str]:
+        """(commit, UTC time) table ``table`` of ``origin`` (default: this origin) was measured
+        at; each "" where unknown (tables built in memory, sidecars without the field)."""
+        return self.stamps.get((table, origin or self.origin or ""), ("", ""))
 
     def frame(self, table: str, columns: Iterable[str] = ()) -> pd.DataFrame:
         """Table ``table`` restricted to this origin; MissingData names what is absent."""
@@ -162,6 +170,24 @@ def selector_of(table: str, origin: str | None, where: Mapping[str, object]) -> 
     return f"{table}[{', '.join(parts)}]"
 
 
+def _stamps(names: Sequence[str]) -> dict[tuple[str, str], tuple[str, str]]:
+    """(table, origin) -> (commit, UTC time) from every stored sidecar of ``names``."""
+    from decodelab.core.results import table_files
+    from decodelab.core.table_io import read_meta
+
+    out = {}
+    for name in names:
+        for origin, path in table_files(name):
+            try:
+                meta = read_meta(path)
+            except (OSError, ValueError):
+                continue
+            commit = str(meta.get("device", {}).get("git_commit") or "")
+            out[(name, origin)] = ("" if commit == "unknown" else commit,
+                                   str(meta.get("created_utc") or ""))
+    return out
+
+
 def load_tables(origin: str | None = "reference/h200", names: Sequence[str] = TABLES) -> Tables:
     """Every phase table that exists (merged reference + local, then filtered to ``origin``)."""
     from decodelab.core.results import stored_tables
@@ -169,4 +195,4 @@ def load_tables(origin: str | None = "reference/h200", names: Sequence[str] = TA
     problems: dict[str, str] = {}  # unreadable tables: say so
     # only this origin's files: a local run of another schema must not hide them
     frames = stored_tables(names, origins=[origin] if origin else None, problems=problems)
-    return Tables(frames, origin, problems)
+    return Tables(frames, origin, problems, _stamps(list(frames)))

@@ -115,8 +115,10 @@ def side_by_side(ours: pd.DataFrame, yours: pd.DataFrame, ours_name: str,
         "ratio": "step ratio (yours / ours)"})
 
 
-def transitions(regimes: list[Regime]) -> list[str]:
-    """What removing each layer revealed, read off consecutive regimes."""
+def transitions(regimes: list[Regime], tables: Tables | None = None,
+                headline: Headline | None = None) -> list[str]:
+    """What removing each layer revealed, read off consecutive regimes (tensor parallelism
+    against TP=1 of its own run, read from ``tables``)."""
     by_name = {r.name: r for r in regimes}
     lines = []
     if "eager" in by_name and "graph" in by_name:
@@ -137,11 +139,15 @@ def transitions(regimes: list[Regime]) -> list[str]:
         orch = term(rt, "orchestration")
         lines.append(f"- The runtime loop ({rt.config}) adds {fmt_us(orch)} µs of orchestration "
                      f"to the forward pass, {orch / rt.step_us:.0%} of its step.")
-    if "transformer decode" in by_name and "tensor parallel" in by_name:
-        t, tp = by_name["transformer decode"], by_name["tensor parallel"]
+    if "tensor parallel" in by_name:
+        from decodelab.analysis.tp_regime import one_gpu_note, tp_speedup_line
+
+        tp, h = by_name["tensor parallel"], headline or Headline()
+        versus = tp_speedup_line(tables, tp, h) if tables is not None else ""
         lines.append(f"- Tensor parallelism ({tp.config}) halves the weights each GPU reads but "
-                     f"adds {fmt_us(term(tp, 'comm'))} µs of collectives: its step is "
-                     f"{fmt_us(tp.step_us)} µs against {fmt_us(t.step_us)} µs on one GPU.")
+                     f"adds {fmt_us(term(tp, 'comm'))} µs of collectives"
+                     + (f": {versus}." if versus else ".")
+                     + (f" {one_gpu_note(tables, h)}" if tables is not None else ""))
     return lines
 
 
