@@ -32,7 +32,8 @@
 # (`use_graphs`), deferred output processing (`async_output`), preallocated inputs
 # (`static_inputs`). The bench `python -m decodelab bench runtime` measures the engine's
 # steady decode step against the bare forward step of phase 4a, the sampler alone, the
-# per-step breakdown, host overhead against batch size and a workload with Poisson arrivals.
+# per-step breakdown, host overhead against batch size and a workload with Poisson arrivals;
+# `python -m decodelab bench serve` measures it as a server (the serving chapters).
 
 # %% tags=["parameters"]
 profile = "auto"  # auto: gpu with a CUDA device, else cpu; smoke: tiny sizes
@@ -46,7 +47,7 @@ from decodelab import plots
 from decodelab.engine import notebook as nb
 from decodelab.engine.notebook import NotebookParams
 from decodelab.plots import runtime as figs
-from decodelab.plots import show_table
+from decodelab.plots import serving, show_table
 
 params = NotebookParams.from_cell(globals())
 plots.use_style()
@@ -174,6 +175,84 @@ if "runtime_errors" in tables:
                                                   values="count", aggfunc="sum")
     display(show_table(errors.rename(columns=plots.origin_label),
                        caption="The engine's error counts by class and origin."))
+
+# %% [markdown]
+# ## Serving: the engine under the field's workloads
+#
+# `python -m decodelab bench serve` runs the engine as a server. **Offline**, nano-vllm's
+# benchmark: 256 requests with prompt and output lengths uniform in [100, 1024] (the very
+# numbers its `bench.py` draws with seed 0), temperature 0.6, `ignore_eos`, all submitted at
+# once; and a second offline run of **long prompts** (2,048 to 8,192 tokens, outputs 128 to
+# 512). **Online**, the same requests arriving as a Poisson process at fractions of the
+# offline run's request rate, submitted by the bench's own loop at their arrival times
+# (open loop: a slow engine does not slow the arrivals down). On a GPU this is Llama-3.2-1B in
+# bf16 with 256 rows and a KV cache sized from the free memory; on a CPU the tiny model on
+# smaller workloads of the same shape. Every run is compared with **its own floor**: for each
+# of its steps, the weights and K/V it read at the measured bandwidth, or its FLOPs at the
+# measured matmul rate where those take longer, summed over the run's steps.
+
+# %%
+serve_written, serve_problems = nb.run_local_serve(params)
+serve = nb.load_serve_tables()
+if serve_problems:
+    display(Markdown("**The local run reported:**\n\n" + "\n".join(f"- {p}" for p in serve_problems)))
+display(Markdown(nb.serve_summary(serve)))
+
+# %% [markdown]
+# ### Offline throughput against the floor
+#
+# Output tokens per second of each offline run beside the throughput its steps would reach if
+# each ran at its floor. The label is the run's busy time over its floor: what the engine and
+# its kernels add above it, over all steps. The tail of an offline run lowers both bars: as
+# requests finish the batch shrinks, and a step of a few rows still reads every weight; costs
+# of a step that do not shrink with its rows (launches, the sampler, the host's work) weigh
+# most there.
+
+# %%
+if "serve_offline" in serve:
+    fig = serving.offline_vs_floor(serve["serve_offline"])
+    plots.save(fig, "serve_offline_vs_floor")
+
+# %% [markdown]
+# ### Where a run's time went
+#
+# The offline run step by step: wall time per step (black) against that step's floor (grey).
+# Steps that prefill (alone, or mixed with the decode rows of that step) are marked: without
+# chunked prefill a step that admits new prompts runs their whole prefill, and the decode rows
+# of that step wait for it: the tall steps while the offline run admits its requests, and,
+# online, wherever requests arrive (the inter-token latency's tail).
+
+# %%
+if "serve_steps" in serve:
+    fig = serving.step_walls(serve["serve_steps"])
+    plots.save(fig, "serve_step_walls")
+
+# %% [markdown]
+# ### Offered load against capacity
+#
+# An engine serves at most some rate of requests, its capacity: at a full batch, so many
+# tokens per step and so many steps per second. While the **offered** rate of arrivals stays
+# below it, requests rarely wait: time to first token is one prefill plus the wait for the
+# next step, and the **achieved** rate equals the offered one (the diagonal on the left). As
+# the offered rate approaches capacity, arrivals bunch up and wait behind each other (the
+# wait grows like 1 / (1 − offered / capacity)); once it passes capacity a queue builds for
+# as long as requests keep arriving: the achieved rate flattens at capacity and time to first
+# token grows with the length of the run, no longer with the work of one request. The dashed
+# line is the TTFT limit; the summary above names the first rate whose TTFT p99 passes it.
+# The offline request rate is not the capacity: it includes the offline run's tail with few
+# rows left, so the sweep goes past it (up to 2x on a GPU). Inter-token latency grows with
+# the load too: more rows per step, and more prefills interrupting the decode steps.
+
+# %%
+if "serve_online" in serve:
+    fig = serving.online_latency(serve["serve_online"])
+    plots.save(fig, "serve_online_latency")
+    display(show_table(serve["serve_online"], {
+        "origin": "source", "variant": "engine", "rate_fraction": "x offline rate",
+        "offered_rate": "offered (req/s)", "request_rate": "achieved (req/s)",
+        "output_tok_s": "output tok/s", "ttft_p50_ms": "TTFT p50 (ms)",
+        "ttft_p99_ms": "TTFT p99 (ms)", "tpot_p50_ms": "TPOT p50 (ms)",
+        "itl_p99_ms": "ITL p99 (ms)", "ratio_to_floor": "busy / floor"}))
 
 # %% [markdown]
 # ## What is guaranteed about determinism

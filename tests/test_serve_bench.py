@@ -316,3 +316,23 @@ def test_serve_on_the_gpu_with_graphs(tmp_path):
     off = load_table("serve_offline", reference=tmp_path / "none", local=tmp_path)
     assert len(paths) == 3 and (off["capture_s"] > 0).all() and (off["kv_blocks"] > 1000).all()
     assert (off["ratio_to_floor"] > 1.0).all() and (off["finished"] == off["requests"]).all()
+
+
+def test_serving_figures_and_summary_render(smoke):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from decodelab.engine.notebook import serve_summary
+    from decodelab.plots import serving
+
+    for fig in (serving.offline_vs_floor(smoke["serve_offline"]),
+                serving.online_latency(smoke["serve_online"]),
+                serving.step_walls(smoke["serve_steps"])):
+        assert fig.axes
+        plt.close(fig)
+    text = serve_summary(smoke)
+    assert "this machine" in text and "its floor" in text and "`offline`" in text
+    assert "TTFT p99" in text
+    assert "No serving results" in serve_summary({})

@@ -185,3 +185,65 @@ def summary(tables: dict[str, pd.DataFrame]) -> str:
             f"phase takes {100 * eng['sample_phase_share']:.1f}% of the step in host time; "
             f"host time outside the forward {eng['orchestration_us']:.0f} µs per step.")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- the serving bench
+SERVE_TABLES = ("serve_offline", "serve_online", "serve_steps")
+
+
+def run_local_serve(params: NotebookParams) -> tuple[list[Path], list[str]]:
+    """Run the serving bench on this machine (as :func:`run_local_bench` runs the runtime
+    bench): (tables written, failures and skips reported)."""
+    from decodelab.core import paths
+    from decodelab.engine.bench.serve import bench
+
+    if not params.run_bench:
+        return [], []
+    log = _LogToStderr()
+    with contextlib.redirect_stdout(log):
+        written = bench(params.profile, paths.local_dir())
+    return written, log.problems
+
+
+def load_serve_tables() -> dict[str, pd.DataFrame]:
+    """Every stored copy (shipped reference and this machine) of the serving tables."""
+    from decodelab.core.results import stored_tables
+
+    return stored_tables(SERVE_TABLES)
+
+
+def serve_summary(tables: dict[str, pd.DataFrame]) -> str:
+    """Markdown, one line per origin and variant: the offline runs against their floors, and
+    where the online sweep's TTFT p99 first passed its limit."""
+    from decodelab.core.results import origin_label
+
+    off, on = tables.get("serve_offline"), tables.get("serve_online")
+    if off is None:
+        return "No serving results are stored yet: run the bench (`run_bench=True`)."
+    lines = []
+    for (origin, variant), sel in off.groupby(["origin", "variant"], sort=False):
+        runs = "; ".join(
+            f"`{r.run}` ({r.requests} requests, {r.prompt_tokens:,} prompt and "
+            f"{r.output_tokens:,} output tokens): **{r.output_tok_s:,.0f} output tok/s**, "
+            f"{r.total_tok_s:,.0f} total tok/s, busy time **{r.ratio_to_floor:.1f}x** its floor"
+            for r in sel.itertuples())
+        lines.append(f"- **{origin_label(origin)}**, {sel['model'].iloc[0]} {sel['dtype'].iloc[0]}"
+                     f", `{variant}` ({sel['max_num_seqs'].iloc[0]} rows): {runs}."
+                     + _knee(on, origin, variant, sel))
+    return "\n".join(lines)
+
+
+def _knee(on: pd.DataFrame | None, origin: str, variant: str, off: pd.DataFrame) -> str:
+    """The online sweep's saturation, in words (empty without a sweep)."""
+    if on is None:
+        return ""
+    sel = on[(on["origin"] == origin) & (on["variant"] == variant)]
+    if sel.empty:
+        return ""
+    limit_ms, knee = sel["ttft_limit_s"].iloc[0] * 1e3, sel["rate_ttft_p99_over_limit"].iloc[0]
+    base = off.loc[off["run"] == "offline", "request_rate"].iloc[0]
+    if knee != knee:  # NaN: no rate of the sweep passed the limit
+        return (f" Online, TTFT p99 stayed under {limit_ms:.0f} ms up to "
+                f"{sel['offered_rate'].max():.1f} requests/s.")
+    return (f" Online, TTFT p99 first exceeds {limit_ms:.0f} ms at **{knee:.1f} requests/s** "
+            f"({knee / base:.2f}x the offline request rate).")
