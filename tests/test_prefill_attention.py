@@ -1,14 +1,20 @@
 """Varlen paged prefill attention and chunked prefill (CPU, fp32): the torch reference against
 an independent dense causal softmax, chunked prefill against whole-prompt prefill (logits and
-cache) and the input checks."""
+cache), the input checks, and the Triton kernel in Triton's CPU interpreter."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from fake_runtime_model import FakeModel
+from prefill_cases import dense_kv, paged_case
 
 from decodelab.model.attention import paged_prefill_attention_ref
 from decodelab.model.config import named_config
@@ -16,6 +22,7 @@ from decodelab.model.kv_cache import PagedKVCache, slots_for
 from decodelab.model.llama import PagedLlama
 from decodelab.model.weights import random_weights
 
+HERE = Path(__file__).parent
 RTOL = 1e-5  # fp32 against fp64: summation order and rounding only
 
 
@@ -23,34 +30,13 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max())
 
 
-def paged_case(gen: torch.Generator, lens, starts, hkv: int, group: int, d: int = 16,
-               bs: int = 4, dtype=torch.float32):
-    """Random K/V of every sequence (its cached positions and its chunk) scattered into a pool
-    of shuffled blocks, q for the chunks, packed. Returns the reference's arguments and the
-    dense per-sequence K/V (Hkv, start + len, D) the pool holds."""
-    ctxs = [s + n for s, n in zip(starts, lens, strict=True)]
-    need = [-(-c // bs) for c in ctxs]
-    width, total = max(need), sum(need) + 3
-    order = torch.randperm(total, generator=gen).tolist()  # blocks in random order
-    tables, dense = [], []
-    k_pool = torch.randn((total, hkv, bs, d), generator=gen, dtype=torch.float64)
-    v_pool = torch.randn((total, hkv, bs, d), generator=gen, dtype=torch.float64)
-    for m, ctx in zip(need, ctxs, strict=True):
-        blocks, order = order[:m], order[m:]
-        tables.append(blocks + [order[-1]] * (width - m))  # padded with an unowned block
-        dense.append(tuple(pool[blocks].transpose(0, 1).reshape(hkv, m * bs, d)[:, :ctx]
-                           for pool in (k_pool, v_pool)))
-    q = torch.randn((sum(lens), hkv * group, d), generator=gen, dtype=torch.float64)
-    bounds = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
-    args = (q.to(dtype), k_pool.to(dtype), v_pool.to(dtype), torch.tensor(tables,
-            dtype=torch.int32), bounds, torch.tensor(starts, dtype=torch.int32), d ** -0.5)
-    return args, q, dense
-
-
-def dense_causal(q, dense, lens, starts, group: int, scale: float) -> torch.Tensor:
-    """fp64, one query head and one query row at a time: softmax over positions 0 .. its own."""
+def dense_causal(q, k_pool, v_pool, tables, lens, starts, group: int, scale: float
+                 ) -> torch.Tensor:
+    """fp64, one query head and one query row at a time: softmax over positions 0 .. its own,
+    each sequence's K/V gathered densely from the pool first."""
     out, row = torch.zeros_like(q), 0
-    for (k, v), n, start in zip(dense, lens, starts, strict=True):
+    for i, (n, start) in enumerate(zip(lens, starts, strict=True)):
+        k, v = (dense_kv(pool, tables[i], start + n) for pool in (k_pool, v_pool))
         for j in range(n):
             for h in range(q.shape[1]):
                 keys = k[h // group, :start + j + 1]  # (start + j + 1, D)
@@ -64,9 +50,11 @@ def dense_causal(q, dense, lens, starts, group: int, scale: float) -> torch.Tens
 def test_reference_equals_dense_causal_softmax(hkv, group):
     gen = torch.Generator().manual_seed(10 * hkv + group)
     lens, starts = [1, 7, 13, 4, 9], [0, 5, 0, 21, 3]  # starts > 0, lengths off the block size
-    args, q, dense = paged_case(gen, lens, starts, hkv, group)
-    want = dense_causal(q, dense, lens, starts, group, args[-1])
-    got = paged_prefill_attention_ref(*args)
+    args = paged_case(gen, lens, starts, hkv, group, dtype=torch.float64)
+    q, k, v, tables, _, _, scale = args
+    want = dense_causal(q, k, v, tables, lens, starts, group, scale)
+    got = paged_prefill_attention_ref(*(x.float() if x.is_floating_point() else x
+                                        for x in args[:-1]), scale)
     assert got.dtype == torch.float32 and got.shape == q.shape
     assert rel_err(got.double(), want) < RTOL
 
@@ -75,7 +63,7 @@ def test_reference_sequences_do_not_see_each_other():
     """Changing one sequence's cached K/V changes its rows only."""
     gen = torch.Generator().manual_seed(3)
     lens, starts = [5, 6], [3, 2]
-    args, _, _ = paged_case(gen, lens, starts, 2, 2)
+    args = paged_case(gen, lens, starts, 2, 2)
     before = paged_prefill_attention_ref(*args)
     q, k, v, tables, bounds, st, scale = args
     k = k.clone()
@@ -186,3 +174,14 @@ def test_fake_model_chunked_prefill_equals_whole():
     assert torch.equal(chunked.cache.tokens, whole.cache.tokens)
     with pytest.raises(ValueError, match=r"starts\[0\]=-2"):
         chunked.prefill([prompt], [table], [-2])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
+def test_triton_kernel_in_interpreter_equals_reference():
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(HERE.parent / "lib"), str(HERE),
+                                         os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(HERE / "prefill_interp_checks.py")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["kernel:", "ok", "model:", "ok"]

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, chain
 from numbers import Integral
 
+import numpy as np
 import torch
 
-from decodelab.model.kv_cache import PagedKVCache, slots_for
+from decodelab.model.kv_cache import PagedKVCache, slots_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +75,18 @@ def check_chunks(token_ids: Sequence[Sequence[int]], block_tables: Sequence[Sequ
     return starts
 
 
+def _slots(table: Sequence[int], start: int, n: int, block_size: int) -> np.ndarray:
+    """(n,) cache slots of positions start .. start + n - 1 (``slots_at`` on one row per
+    position: a broadcast view of the table, no copy)."""
+    rows = np.broadcast_to(np.asarray(table, dtype=np.int64), (n, len(table)))
+    return slots_at(rows, np.arange(start, start + n), block_size)
+
+
 def pack_prefill(cache: PagedKVCache, token_ids: Sequence[Sequence[int]],
                  block_tables: Sequence[Sequence[int]], starts: Sequence[int] | None = None,
                  *, vocab_size: int, max_positions: int) -> PrefillPack:
     """Check the chunks (:func:`check_chunks`), then build their packed tensors on the cache's
-    device."""
+    device (numpy on the host, no Python loop per token)."""
     bs, dev = cache.block_size, cache.device
     starts = check_chunks(token_ids, block_tables, starts, block_size=bs,
                           num_blocks=cache.num_blocks, vocab_size=vocab_size,
@@ -86,16 +94,13 @@ def pack_prefill(cache: PagedKVCache, token_ids: Sequence[Sequence[int]],
     lens = [len(c) for c in token_ids]
     spans = list(zip(starts, lens, block_tables, strict=True))
     bounds = [0, *accumulate(lens)]
-
-    def i64(values) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.int64, device=dev)
-
-    return PrefillPack(
-        ids=i64([tok for c in token_ids for tok in c]),
-        positions=i64([p for s, n, _ in spans for p in range(s, s + n)]),
-        slot_mapping=i64([x for s, n, bt in spans for x in slots_for(bt, s, s + n, bs)]),
-        block_tables=cache.block_table_tensor(block_tables),
-        query_starts=torch.tensor(bounds, dtype=torch.int32, device=dev),
-        starts=torch.tensor(starts, dtype=torch.int32, device=dev),
-        last=i64(bounds[1:]) - 1,
-        max_query_len=max(lens))
+    # (3, T) ids, positions, slots: one copy to the device
+    host = np.stack([np.fromiter(chain.from_iterable(token_ids), np.int64, count=bounds[-1]),
+                     np.concatenate([np.arange(s, s + n) for s, n, _ in spans]),
+                     np.concatenate([_slots(bt, s, n, bs) for s, n, bt in spans])])
+    ids, positions, slots = torch.from_numpy(host).to(dev)
+    small = torch.tensor([*bounds, *starts], dtype=torch.int32, device=dev)
+    return PrefillPack(ids=ids, positions=positions, slot_mapping=slots,
+                       block_tables=cache.block_table_tensor(block_tables),
+                       query_starts=small[:len(bounds)], starts=small[len(bounds):],
+                       last=small[1:len(bounds)].long() - 1, max_query_len=max(lens))

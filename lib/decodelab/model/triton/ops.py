@@ -1,8 +1,8 @@
-"""``TritonOps``: the decode step's operations on Triton kernels, with the same methods and
-contracts as ``model.TorchOps``, so the model swaps one for the other. With ``pdl`` every
-Triton kernel of a step of up to ``pdl_policy.MAX_ROWS`` tokens is launched with programmatic
-dependent launch (:mod:`.pdl`): each one becomes resident while the one before drains, and the
-matmuls stream their first weight tile early."""
+"""``TritonOps``: the decode step's operations (and prefill's attention) on Triton kernels,
+with the same methods and contracts as ``model.TorchOps``, so the model swaps one for the
+other. With ``pdl`` every Triton kernel of a step of up to ``pdl_policy.MAX_ROWS`` tokens is
+launched with programmatic dependent launch (:mod:`.pdl`): each one becomes resident while the
+one before drains, and the matmuls stream their first weight tile early."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from decodelab.model.triton.attention import paged_decode_attention
 from decodelab.model.triton.fused import rms_norm_rows, rope_write, silu_mul
 from decodelab.model.triton.linear import add_norm_gemv
 from decodelab.model.triton.matmul_choice import MatmulChoice, tunable
+from decodelab.model.triton.prefill_attention import paged_prefill_attention
 
 
 class TritonOps:
@@ -84,7 +85,5 @@ class TritonOps:
 
     def prefill_attention(self, q, k_cache, v_cache, block_tables, query_starts, starts, scale,
                           max_query_len: int) -> torch.Tensor:
-        from decodelab.model.attention import paged_prefill_attention_ref
-
-        return paged_prefill_attention_ref(q, k_cache, v_cache, block_tables, query_starts,
-                                           starts, scale)
+        return paged_prefill_attention(q, k_cache, v_cache, block_tables, query_starts, starts,
+                                       scale, max_query_len)
