@@ -185,3 +185,32 @@ def test_triton_kernel_in_interpreter_equals_reference():
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["kernel:", "ok", "model:", "ok"]
+
+
+def test_prefill_flops_count_every_weight_and_attended_pair():
+    from decodelab.model.bench.prefill import prefill_flops
+
+    model = tiny_model()
+    cfg, w = model.config, model.weights
+    lens, starts = [5, 3], [7, 0]
+    weights = sum(t.numel() for lw in w.layers for t in (lw.qkv, lw.o, lw.gate_up, lw.down))
+    pairs = sum(s + j + 1 for n, s in zip(lens, starts, strict=True) for j in range(n))
+    matmul, attention = prefill_flops(cfg, lens, starts)
+    assert matmul == 2 * weights * sum(lens) + 2 * len(lens) * w.lm_head.numel()
+    assert attention == 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * pairs
+
+
+def test_prefill_bench_rows_on_the_tiny_model():
+    """The bench's rows on a CPU (the bench itself runs them on a GPU only): every pack timed
+    and validated, its blocks freed."""
+    from decodelab.model.bench.prefill import prefill_rows
+
+    model = tiny_model()
+    rows = prefill_rows(model, packs=[("1x9", [9], [0]), ("2 after 7", [5, 3], [7, 0])])
+    assert [(r.pack, r.chunks, r.tokens, r.cached) for r in rows] == [("1x9", 1, 9, 0),
+                                                                      ("2 after 7", 2, 8, 7)]
+    for r in rows:
+        assert r.first_ms > 0 and r.warm_ms > 0 and r.max_rel_err == 0.0
+        # GFLOP per ms = TFLOP/s
+        assert r.tflop_s == pytest.approx((r.matmul_gflop + r.attention_gflop) / r.warm_ms)
+    assert model.cache.pool.num_free == model.cache.pool.num_total

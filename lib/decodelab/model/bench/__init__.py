@@ -20,13 +20,15 @@ read (all layers, the head, B embedding rows) + the K/V attended; ``roofline_fra
 those bytes need at the device-to-device copy bandwidth measured in this run / measured step
 time. Every fast path is validated before timing: Triton attention against the reference,
 graph against eager (token for token), and our logits against ``transformers``.
-On a GPU three more tables: ``paged_model_kernels``, per-kernel device time of one graph step
+On a GPU more tables: ``paged_model_kernels``, per-kernel device time of one graph step
 at batch 1 (from the profiler, without PDL: overlapped kernels would count their waits):
 where the step's time goes; ``paged_model_linear``, each batch-1
 matmul shape's candidates (cuBLAS, Triton gemv tiles) with time and weight bandwidth, and which
 one the model uses; ``paged_model_gemm``, the same for each graph bucket of 2 to 64 rows
 (cuBLAS against Triton ``skinny`` tiles); ``paged_attention``, our paged decode attention against SDPA over a
-contiguous cache at the model's attention shapes (:mod:`decodelab.model.attention_bench`).
+contiguous cache at the model's attention shapes (:mod:`decodelab.model.attention_bench`);
+``paged_prefill``, prefill's first call of each never-seen pack shape against its warm calls
+(:mod:`decodelab.model.bench.prefill`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from decodelab.core.timing import copy_bandwidth_gb_s, median_times
 from decodelab.model.bench import checks, kernels, peers
 from decodelab.model.bench.attention import ATTENTION_TABLE, attention_rows
 from decodelab.model.bench.config import VALIDATION_BLOCKS, PagedModelBenchConfig
+from decodelab.model.bench.prefill import PREFILL_TABLE, prefill_rows
 from decodelab.model.bench.rows import GemmRow, KernelRow, LinearRow, PagedModelRow
 from decodelab.model.block_pool import blocks_needed
 from decodelab.model.config import named_config
@@ -133,6 +136,7 @@ def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list
                                           step_bytes(batch, context), bw, **extra)
 
         rows += peers.compile_static_rows(model, cfg, row_for)
+    prefill = prefill_rows(model) if dev.type == "cuda" else []
     linear, gemm = _matmul_rows(model)
     choice = dict(model.ops.matmul.choice) if graphs is not None else {}  # the kernels profiled
     has_graphs = graphs is not None
@@ -153,7 +157,8 @@ def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list
     attention = (attention_rows(mcfg, cfg.batches, cfg.contexts, block_size=cfg.block_size,
                                 dtype=dtype) if has_graphs else [])
     for name, extra in (("paged_model_kernels", kernel_rows), ("paged_model_linear", linear),
-                        ("paged_model_gemm", gemm), (ATTENTION_TABLE, attention)):
+                        ("paged_model_gemm", gemm), (ATTENTION_TABLE, attention),
+                        (PREFILL_TABLE, prefill)):
         if extra:
             paths.append(write_table(name, extra, out_dir=out_dir, config=cfg, profile=profile))
     return paths
