@@ -69,6 +69,18 @@ seeds = seed_table(tables, regimes, params.headline)
 # decomposition in numbers (the dominant layer is the largest term, computed, never typed), and
 # the findings after it are computed from the same tables, each with its number and the rows
 # it comes from. Definitions: "How each term is measured", in chapter 05.
+#
+# Each layer is named for what it is. The device time of a step's kernels (the seed study's
+# "Compute") is split, wherever the tables allow, into the **floor** the work needs at the
+# measured ceilings and what sits above it: for the toy step the **kernel fixed cost** (what
+# each of its kernels costs with no work in it) and its **latency chains** (each stage waiting
+# on the one before); for the transformer the **matmuls above their weights' floor**, the
+# **small kernels** (norms, rotary, copies: their whole time), **attention above its K/V
+# floor** and the **gaps or overlap** between kernels; for the tensor-parallel step, which has
+# no kernel profile, the floor and what sits **above it, not split**; for the runtime loop,
+# whose table gives no floor, its **forward pass**. The word "compute" appears only where a
+# regime could not be split, and in the seed's own claims, where it is quoted as the seed's
+# word (the seed table says what it covers).
 
 # %% tags=["report-summary"]
 if regimes:
@@ -91,15 +103,16 @@ display(Markdown(f"**Findings** ({len(found)} computed from the tables):\n\n" + 
     if found else "No finding can be computed yet: no phase tables."))
 
 # %% [markdown] tags=["report-summary"]
-# ### Compute, split
+# ### The kernels' device time, split
 #
-# "Compute" above is the time the kernels take, not what their work needs. One level deeper,
-# each regime's compute term splits into its **floor** (the larger of the bytes the step must
-# move at the measured copy bandwidth and its FLOPs at the measured matmul rate: no
-# implementation on this GPU can beat it), its **kernel boundaries** (per kernel, its time minus
-# its own floor, summed; for the toy step, the measured fixed cost of each of its kernels), the
-# **attention above its floor**, and the **rest** (the remainder; the last column says what it
-# holds). The rows and derivation of every part are listed under "Every term", below.
+# The measured device time of each regime's kernels ("compute" in the regime builders, the
+# seed's word) and the parts the regime table ranks in its place: its **floor** (the larger of
+# the bytes the step must move at the measured bandwidth and its FLOPs at the measured matmul
+# rate), the toy step's **kernel fixed cost** and **latency chains**, the transformer's
+# **matmuls above their weights' floor**, **small kernels** (norm, rotary, copy, embedding:
+# their whole time), **attention above its floor**, and the **remainder** (the last column
+# says what it holds). The rows and derivation of every part are listed under "Every term",
+# below.
 
 # %% tags=["report-summary"]
 splits, split_notes = split_compute(tables, regimes, params.headline)
@@ -129,6 +142,12 @@ display(Markdown(cv.toy_lines(splits) + "\n\n"
 # | transformer decode, eager | phase 4a, eager wall per step | compute = device span of the same step graph-captured; dispatch = remainder |
 # | transformer decode (graph) | phase 4a, wall per step | compute = summed kernel time (profiler); node = device span (CUDA events) − summed kernel time; replay = wall − device span (graph launch, input copies) |
 # | tensor parallel (graph, largest TP size) | phase 5, TP=n wall per step, two-GPU reference | comm = step − the same step with its collectives replaced by local stand-ins; replay = wall − device span; compute = remainder |
+#
+# "compute" in this table is the measured device time of the step's kernels; the regime table
+# ranks its parts in its place (toy: floor + kernel fixed cost + latency chains; transformer:
+# floor + matmul above floor + small kernels + attention above floor + gaps or overlap; tensor
+# parallel: floor + above floor, not split; runtime loop: the forward pass, not split), each
+# derived under "The kernels' device time, split" and listed with its rows under "Every term".
 #
 # Uncertainty: the interquartile range of the step where a term is a remainder, the 95%
 # confidence interval where a term is fitted; the profiler's GPU-busy time is one window and

@@ -93,12 +93,12 @@ def test_toy_split_known_by_construction():
         s = by[name]
         assert s.compute.us == pytest.approx(synthetic.BUSY)
         assert s.us("floor") == pytest.approx(2.0)
-        assert s.us("kernel boundaries") == pytest.approx(KERNELS * c)
-        assert s.us("rest") == pytest.approx(synthetic.BUSY - 2.0 - KERNELS * c)
+        assert s.us("kernel fixed cost") == pytest.approx(KERNELS * c)
+        assert s.us("latency chains") == pytest.approx(synthetic.BUSY - 2.0 - KERNELS * c)
         assert math.isnan(s.us("attention above floor"))
         assert s.rest_is.startswith("dependent-latency chains")
     p = by["persistent kernel"]  # one launch per 1000 steps
-    assert p.us("kernel boundaries") == pytest.approx(c / 1000)
+    assert p.us("kernel fixed cost") == pytest.approx(c / 1000)
     assert sum(t.us for t in p.parts) == pytest.approx(p.compute.us)
     assert all(t.source and t.how for s in by.values() for t in s.parts)
 
@@ -109,12 +109,13 @@ def test_transformer_split_known_by_construction():
     weight_us, kv_us = WEIGHT_BYTES / (MODEL_GB_S * 1e3), KV_BYTES / (MODEL_GB_S * 1e3)
     assert s.compute.us == pytest.approx(sum(MODEL_KERNELS.values()))
     assert s.us("floor") == pytest.approx(weight_us + kv_us)  # bytes-bound: 2.5 µs of FLOPs
-    # matmuls minus the weights' floor, + norm and the unknown kernel whole
-    assert s.us("kernel boundaries") == pytest.approx(2800.0 - weight_us + 30.0 + 20.0)
+    # matmuls minus their weights' floor; the norm and the unknown kernel whole, apart
+    assert s.us("matmul above floor") == pytest.approx(2800.0 - weight_us)
+    assert s.us("small kernels") == pytest.approx(30.0 + 20.0)
     assert s.us("attention above floor") == pytest.approx(50.0 - kv_us)
-    assert s.us("rest") == pytest.approx(0.0, abs=1e-9)
+    assert s.us("kernel gaps") == pytest.approx(0.0, abs=1e-9)
     eager = by["transformer decode, eager"]  # compute = the device span: its gaps are the rest
-    assert eager.us("rest") == pytest.approx(2950.0 - sum(MODEL_KERNELS.values()))
+    assert eager.us("kernel gaps") == pytest.approx(2950.0 - sum(MODEL_KERNELS.values()))
     assert eager.rest_is == "gaps between kernels"
 
 
@@ -123,8 +124,8 @@ def test_tensor_parallel_split_is_floor_and_the_rest():
     tp = by["tensor parallel"]
     assert tp.compute.us == pytest.approx(synthetic.KNOWN["tensor parallel"]["compute"])
     assert tp.us("floor") == pytest.approx(TP_BYTES / (MODEL_GB_S * 1e3))
-    assert tp.us("rest") == pytest.approx(tp.compute.us - tp.us("floor"))
-    assert tp.rest_is == "above floor, not split"
+    assert tp.us("above floor, not split") == pytest.approx(tp.compute.us - tp.us("floor"))
+    assert tp.rest_is.endswith("above the floor, not split")
     assert tp.parts[0].source.startswith("tp[origin=reference/h200x2")
 
 
@@ -138,8 +139,8 @@ def test_unknown_kernels_count_whole_as_boundaries():
         assert kernel_class(name) == "attention", name
     more = {**MODEL_KERNELS, "another_new_kernel": 100.0}
     base, grown = _split(_tables())[0], _split(_tables(more))[0]
-    delta = grown["transformer decode"].us("kernel boundaries") \
-        - base["transformer decode"].us("kernel boundaries")
+    delta = grown["transformer decode"].us("small kernels") \
+        - base["transformer decode"].us("small kernels")
     assert delta == pytest.approx(100.0)
 
 
@@ -155,8 +156,8 @@ def test_missing_tables_become_notes():
     # no replay_nodes: the toy's fixed cost and chains stay one part, and say why
     by, _, _ = _split(_tables(drop=("replay_nodes",)))
     graph = by["graph"]
-    assert [t.layer for t in graph.parts] == ["floor", "rest"]
-    assert graph.rest_is == "above floor, not split" and "replay_nodes" in graph.parts[1].how
+    assert [t.layer for t in graph.parts] == ["floor", "above floor, not split"]
+    assert graph.rest_is.endswith("not split") and "replay_nodes" in graph.parts[1].how
     # no kernel profile, or no kernel named like a matmul: no transformer split, a note
     by, notes, _ = _split(_tables(drop=("paged_model_kernels",)))
     assert "transformer decode" not in by
@@ -174,7 +175,7 @@ def test_views_and_prose_follow_the_numbers():
     table = split_table(list(by.values()))
     assert list(table.columns) == list(SPLIT_LABELS)
     assert list(parts_frame(list(by.values())).columns) == list(PART_LABELS)
-    assert "dependent-latency chains" in toy_lines(list(by.values()))
+    assert "latency chains" in toy_lines(list(by.values()))
     verdict = transformer_verdict(list(by.values()), regimes)
     assert "holds once the floor is separated" in verdict and "is floor" in verdict
     # norms ten times slower: boundaries outgrow the floor, and the verdict says so
@@ -182,7 +183,8 @@ def test_views_and_prose_follow_the_numbers():
     tables = _tables(slow)
     regimes, _ = decompose(tables)
     splits, _ = split_compute(tables, regimes)
-    assert "is kernel boundaries" in transformer_verdict(splits, regimes)
+    assert "is small kernels" in transformer_verdict(splits, regimes)
+    assert "holds only in the seed's word" in transformer_verdict(splits, regimes)
     assert "cannot be checked" in transformer_verdict([], [])
     assert toy_lines([]) == "No toy regime's compute could be split yet."
 
@@ -226,6 +228,40 @@ def test_shipped_reference_split_adds_up():
         assert sum(t.us for t in s.parts) == pytest.approx(s.compute.us, rel=1e-9), s.regime
         assert s.us("floor") > 0, s.regime
     t = by["transformer decode"]
-    assert t.us("kernel boundaries") > 0 and t.us("attention above floor") > 0
+    assert t.us("matmul above floor") > 0 and t.us("attention above floor") > 0
+    assert t.us("small kernels") > 0
     config = named_config("llama-3.2-1b")
     assert t.parts[0].how.count(f"{config.num_parameters():,}") == 1
+
+
+def test_regime_table_ranks_the_named_parts_not_compute():
+    """Where compute is split, the regime table ranks its parts (named for what they are), the
+    layers still sum to the step, and a seed row that says "Compute" is agreed with in the
+    seed's word only, the part and the floor's share named."""
+    from decodelab.analysis.decompose import regime_table, terms_frame
+    from decodelab.analysis.layers import COMPUTE_PARTS, SHOWN_LAYERS
+    from decodelab.analysis.seed_table import seed_table
+
+    tables = _tables()
+    regimes, _ = decompose(tables)
+    by = {r.name: r for r in regimes}
+    for r in regimes:
+        assert sum(t.us for t in r.layers) == pytest.approx(r.step_us, rel=1e-9), r.name
+        assert {t.layer for t in r.layers} <= set(SHOWN_LAYERS), r.name
+        assert r.name == "runtime loop" or "compute" not in {t.layer for t in r.layers}
+    assert [t.layer for t in by["runtime loop"].layers] == ["orchestration", "forward pass"]
+    graph = by["graph"]  # 12 µs busy = 2 floor + 10 x 0.2 fixed + 8 chains
+    assert graph.dominant.layer == "latency chains"
+    assert "compute" not in set(regime_table(regimes)["dominant"])
+    assert set(terms_frame(regimes)["layer"]) <= set(SHOWN_LAYERS)
+    seeds = seed_table(tables, regimes).set_index("claim")
+    multi = seeds.loc["dominant layer: multi-step graph"]
+    assert multi["agrees?"] == "yes" and multi["we measured"].startswith("latency chains")
+    assert 'in the seed\'s word: its "Compute"' in multi["rule applied"]
+    assert "the floor is" in multi["rule applied"]
+    # the shipped reference: no toy regime is "compute"-dominated any more
+    ref = load_tables("reference/h200")
+    table = regime_table(decompose(ref)[0]).set_index("regime")
+    for name in ("graph", "multi-step graph", "persistent kernel", "transformer decode"):
+        assert table.loc[name, "dominant"] in COMPUTE_PARTS and \
+            table.loc[name, "dominant"] != "compute", name

@@ -1,26 +1,31 @@
 """The layered model one level deeper: each regime's compute term split into the physical floor
-and what sits above it.
+and what sits above it, each part named for what it is (:data:`~decodelab.analysis.layers.COMPUTE_PARTS`).
 
-    T_compute = floor + kernel boundaries + attention above its floor + rest
+    toy step:     T_compute = floor + kernel fixed cost + latency chains
+    transformer:  T_compute = floor + matmul above floor + small kernels
+                              + attention above floor + kernel gaps (or overlap)
 
-- floor: max(bytes the step must move / measured copy bandwidth, FLOPs / measured matmul rate)
+- floor: max(bytes the step must move / measured bandwidth, FLOPs / measured matmul rate)
   (:mod:`decodelab.analysis.compute_floor`);
-- kernel boundaries: per kernel, its time minus its own floor, summed. The transformer, from
-  its kernel profile (``paged_model_kernels``): matmul kernels minus the weight bytes at the
-  copy bandwidth, plus the whole time of every other kernel that is neither matmul nor
-  attention (norms, rotary, copies, embedding: a few KB each, a floor of ~0). The toy step:
-  kernels per step x the measured fixed cost of one kernel (what a kernel with no work takes,
-  :func:`decodelab.analysis.compute_floor.toy_kernel_cost`);
-- attention above its floor: the attention kernels' time minus the K/V bytes at the copy
-  bandwidth (the transformer only);
-- rest: compute minus the three (remainder). The toy's rest is its dependent-latency chains
-  (each layer's reduction, tanh, argmax and gather wait on the one before) and any work that
-  runs below the measured rates; the transformer's is the compute term minus its profiled
-  kernels' summed time (the gaps between kernels where compute is a device span).
+- kernel fixed cost (the toy step): kernels per step x the measured fixed cost of one kernel
+  (what a kernel with no work takes, :func:`decodelab.analysis.compute_floor.toy_kernel_cost`);
+- latency chains (the toy step's remainder): its dependent-latency chains (each layer's
+  reduction, tanh, argmax and gather wait on the one before) and any work that runs below the
+  measured rates;
+- matmul above floor (the transformer, from its kernel profile ``paged_model_kernels``): the
+  matmul kernels' time minus their weights' bytes at the bandwidth;
+- small kernels: the whole time of every kernel that is neither matmul nor attention (norms,
+  rotary, copies, embedding: a few KB each, a floor of ~0);
+- attention above floor: the attention kernels' time minus the K/V bytes at the bandwidth;
+- kernel gaps / kernel overlap (the transformer's remainder): compute minus the profiled
+  kernels' summed time (the gaps between kernels where compute is a device span; negative,
+  "overlap", where programmatic dependent launch overlaps kernels that the profile, launched
+  serially, sums one after another).
 
-The tensor-parallel step has no kernel profile: floor and rest only. The runtime loop is not
-split (:data:`NOT_SPLIT` says why). Each part keeps its rows and derivation, like the regime
-table's terms; a regime whose rows are missing gets a note, not an error.
+The tensor-parallel step has no kernel profile: floor and "above floor, not split". The runtime
+loop is not split (:data:`NOT_SPLIT` says why): its compute term is its forward pass. Each part
+keeps its rows and derivation, like the regime table's terms; a regime whose rows are missing
+gets a note, not an error.
 """
 
 from __future__ import annotations
@@ -40,7 +45,15 @@ from decodelab.analysis.compute_floor import (
     toy_kernel_cost,
     us_at,
 )
-from decodelab.analysis.layers import Headline, MissingData, Regime, Tables, Term, fmt_us
+from decodelab.analysis.layers import (
+    COMPUTE_PARTS,
+    Headline,
+    MissingData,
+    Regime,
+    Tables,
+    Term,
+    fmt_us,
+)
 from decodelab.analysis.regimes import persistent_kernels
 from decodelab.analysis.tp_regime import DEFAULT_MODEL, tp_model
 from decodelab.core.validate import ConfigError
@@ -49,11 +62,14 @@ from decodelab.model.config import named_config
 
 NAN = math.nan
 TOY = ("eager", "graph", "multi-step graph", "persistent kernel")
-# What the transformer's remainder holds, by the sign of compute - summed kernel time.
-REST_OF_MODEL = {1: "gaps between kernels", 0: "none: compute is the kernels' sum",
-                 -1: "kernel overlap: the profiled kernels (launched one after another) "
-                     "take longer than this step's device span, where programmatic dependent "
-                     "launch overlaps them"}
+(FLOOR, FIXED, CHAINS, MATMUL_ABOVE, SMALL, ATTENTION_ABOVE, GAPS, OVERLAP, NOT_FURTHER,
+ FORWARD) = COMPUTE_PARTS
+# The transformer's remainder, by the sign of compute - summed kernel time: its name and what
+# it holds.
+REST_OF_MODEL = {1: (GAPS, "gaps between kernels"), 0: (GAPS, "none: compute is the kernels' sum"),
+                 -1: (OVERLAP, "kernel overlap: the profiled kernels (launched one after "
+                               "another) take longer than this step's device span, where "
+                               "programmatic dependent launch overlaps them")}
 # Regimes whose tables cannot give a floor, and why.
 NOT_SPLIT = {"runtime loop": "the runtime table records no context, so the K/V bytes its step "
                              "reads (and with them its floor) are unknown"}
@@ -88,7 +104,7 @@ def _term(name: str, us: float, sources: str, how: str) -> Term:
 
 
 def _floor_term(floor: Floor, note: str = "") -> Term:
-    return _term("floor", floor.us, floor.source, floor.how + note)
+    return _term(FLOOR, floor.us, floor.source, floor.how + note)
 
 
 # --- the toy step ------------------------------------------------------------------------------
@@ -100,16 +116,16 @@ def _toy(tables: Tables, h: Headline, compute: Term, kernels: float, kernels_src
     try:
         cost = toy_kernel_cost(tables, h)
     except MissingData as exc:
-        return (*parts, _term("rest", compute.us - floor.us, compute.source,
+        return (*parts, _term(NOT_FURTHER, compute.us - floor.us, compute.source,
                               "compute - floor (remainder): per-kernel fixed cost and "
                               f"dependent-latency chains together, not split ({exc})")), \
-            "above floor, not split"
+            "per-kernel fixed cost and latency chains, not split"
     fixed = kernels * cost.us
-    parts.append(_term("kernel boundaries", fixed, f"{kernels_src}; {cost.source}",
+    parts.append(_term(FIXED, fixed, f"{kernels_src}; {cost.source}",
                        f"per-kernel fixed cost: {kernels_how} x c = {kernels:.3g} x "
                        f"{fmt_us(cost.us)} µs; {cost.how}"))
-    return (*parts, _term("rest", compute.us - floor.us - fixed, compute.source,
-                          "compute - floor - kernel boundaries (remainder): the kernels' time "
+    return (*parts, _term(CHAINS, compute.us - floor.us - fixed, compute.source,
+                          "compute - floor - kernel fixed cost (remainder): the kernels' time "
                           "beyond their fixed cost and the floor: dependent-latency chains "
                           "(each layer's reduction, the argmax and the gather wait on the one "
                           "before) and any work running below the measured rates")), \
@@ -183,26 +199,30 @@ def _transformer(tables: Tables, regime: Regime, h: Headline, compute: Term) -> 
                   f"{config.name}) x batch {b}")
     sums, ksrc = _kernel_sums(tables, b, ctx)
     weight_us, kv_us = us_at(total - kv, gb_s), us_at(kv, gb_s)
-    boundaries = float(sums["matmul"] - weight_us + sums[OTHER])
+    matmul = float(sums["matmul"] - weight_us)
+    small = float(sums[OTHER])
     attention = float(sums["attention"] - kv_us)
     unprofiled = compute.us - float(sums.sum())
     unprofiled = 0.0 if abs(unprofiled) < 1e-9 else unprofiled
+    rest, rest_is = REST_OF_MODEL[(unprofiled > 0) - (unprofiled < 0)]
     return (
         _floor_term(floor),
-        _term("kernel boundaries", boundaries, f"{ksrc}; {src}",
-              f"matmul kernels {fmt_us(sums['matmul'])} µs - the weight bytes at the copy "
-              f"bandwidth {fmt_us(weight_us)} µs, + every other kernel's whole time "
-              f"{fmt_us(sums[OTHER])} µs (norms, rotary, copies, embedding and kernels no "
-              "pattern matches: a few KB each, a floor of ~0)"),
-        _term("attention above floor", attention, f"{ksrc}; {src}",
-              f"attention kernels {fmt_us(sums['attention'])} µs - the K/V bytes at the copy "
+        _term(MATMUL_ABOVE, matmul, f"{ksrc}; {src}",
+              f"matmul kernels {fmt_us(sums['matmul'])} µs - their weights' bytes at the "
+              f"bandwidth {fmt_us(weight_us)} µs"),
+        _term(SMALL, small, ksrc,
+              f"every other kernel's whole time, {fmt_us(sums[OTHER])} µs (norms, rotary, "
+              "copies, embedding and kernels no pattern matches: a few KB each, a floor of ~0)"),
+        _term(ATTENTION_ABOVE, attention, f"{ksrc}; {src}",
+              f"attention kernels {fmt_us(sums['attention'])} µs - the K/V bytes at the "
               f"bandwidth {fmt_us(kv_us)} µs"),
-        _term("rest", compute.us - floor.us - boundaries - attention, f"{compute.source}; {ksrc}",
-              f"compute - the three (remainder) = compute - summed kernel time "
+        _term(rest, compute.us - floor.us - matmul - small - attention,
+              f"{compute.source}; {ksrc}",
+              f"compute - the four (remainder) = compute - summed kernel time "
               f"({fmt_us(unprofiled)} µs: where compute is a device span, the gaps between its "
               f"kernels) + per-kernel floors - the step's floor "
               f"({fmt_us(weight_us + kv_us - floor.us)} µs: nonzero when FLOPs set the floor)")
-    ), REST_OF_MODEL[(unprofiled > 0) - (unprofiled < 0)]
+    ), rest_is
 
 
 def _tp_row(tables: Tables, regime: Regime, h: Headline) -> pd.Series:
@@ -229,10 +249,11 @@ def _tensor_parallel(tables: Tables, regime: Regime, h: Headline, compute: Term)
                   f"bytes_per_rank (the weights and K/V each of the {n} ranks reads); copy "
                   "bandwidth measured in the same run", f"2 x parameters x batch / {n}")
     return (_floor_term(floor),
-            _term("rest", compute.us - floor.us, compute.source,
-                  "compute - floor (remainder): kernel boundaries, attention above its floor "
-                  "and the rest together (the TP step has no per-kernel profile)"),
-            ), "above floor, not split"
+            _term(NOT_FURTHER, compute.us - floor.us, compute.source,
+                  "compute - floor (remainder): matmuls above their floor, the small kernels, "
+                  "attention above its floor and the gaps together (the TP step has no "
+                  "per-kernel profile)"),
+            ), "matmuls, small kernels, attention and gaps above the floor, not split"
 
 
 SPLITTERS: dict[str, Callable[[Tables, Regime, Headline, Term], Parts]] = {
@@ -266,3 +287,4 @@ def split_compute(tables: Tables, regimes: Sequence[Regime], h: Headline | None 
             continue
         splits.append(ComputeSplit(regime.name, regime.config, compute, parts, rest_is))
     return splits, notes
+

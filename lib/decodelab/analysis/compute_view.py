@@ -1,6 +1,7 @@
 """The compute split as notebook 05 shows it: one row per regime, every part with its rows, and
 the two statements it reads off the split (how much of the toy step's compute sits above its
-floor; whether the seed's "Real Transformer Decode → Compute" holds once the floor is apart)."""
+floor, and in what; whether the seed's "Real Transformer Decode → Compute" holds once the floor
+is apart). The seed's word "compute" is kept only where the seed is quoted."""
 
 from __future__ import annotations
 
@@ -9,27 +10,49 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from decodelab.analysis.compute_split import TOY, ComputeSplit
+from decodelab.analysis.compute_split import (
+    ATTENTION_ABOVE,
+    CHAINS,
+    FIXED,
+    FLOOR,
+    GAPS,
+    MATMUL_ABOVE,
+    NOT_FURTHER,
+    OVERLAP,
+    SMALL,
+    TOY,
+    ComputeSplit,
+)
 from decodelab.analysis.layers import Regime, fmt_us
 from decodelab.core.seed import SEED_REGIMES
 
 SPLIT_LABELS = {"regime": "regime", "config": "measured at", "compute_us": "compute (µs)",
                 "floor_us": "floor (µs)", "floor_share": "floor, share of compute",
-                "boundaries_us": "kernel boundaries (µs)",
-                "attention_us": "attention above floor (µs)", "rest_us": "rest (µs)",
-                "rest_is": "the rest is"}
+                "fixed_us": "kernel fixed cost (µs)", "chains_us": "latency chains (µs)",
+                "matmul_us": "matmul above floor (µs)",
+                "small_us": "small kernels: norm, rotary, copy (µs)",
+                "attention_us": "attention above floor (µs)",
+                "rest_us": "remainder (µs)", "rest_is": "the remainder is"}
 PART_LABELS = {"regime": "regime", "part": "part", "us": "µs per step",
                "share": "share of compute", "source": "rows", "how": "derived as"}
+# Parts that are a cost of the way the work runs (the step's kernels and their boundaries),
+# not the work itself.
+RUNNING_COSTS = (FIXED, MATMUL_ABOVE, SMALL, GAPS)
+
+
+def _remainder(s: ComputeSplit) -> float:
+    """The part that closes the split: gaps or overlap, or what is not split further."""
+    return next((t.us for t in s.parts if t.layer in (GAPS, OVERLAP, NOT_FURTHER)), math.nan)
 
 
 def split_table(splits: Sequence[ComputeSplit]) -> pd.DataFrame:
-    """One row per regime: compute, its floor (and share), kernel boundaries, attention above
-    its floor and the rest, in µs per step (NaN where a regime has no such part)."""
+    """One row per regime: compute, its floor (and share) and each named part, in µs per step
+    (NaN where a regime has no such part)."""
     rows = [{"regime": s.regime, "config": s.config, "compute_us": s.compute.us,
-             "floor_us": s.us("floor"), "floor_share": s.us("floor") / s.compute.us,
-             "boundaries_us": s.us("kernel boundaries"),
-             "attention_us": s.us("attention above floor"), "rest_us": s.us("rest"),
-             "rest_is": s.rest_is} for s in splits]
+             "floor_us": s.us(FLOOR), "floor_share": s.us(FLOOR) / s.compute.us,
+             "fixed_us": s.us(FIXED), "chains_us": s.us(CHAINS), "matmul_us": s.us(MATMUL_ABOVE),
+             "small_us": s.us(SMALL), "attention_us": s.us(ATTENTION_ABOVE),
+             "rest_us": _remainder(s), "rest_is": s.rest_is} for s in splits]
     return pd.DataFrame(rows, columns=list(SPLIT_LABELS))
 
 
@@ -55,18 +78,16 @@ def toy_lines(splits: Sequence[ComputeSplit]) -> str:
     above = [s.above_floor / s.compute.us for s in toy]
     floor = toy[0].us("floor")
     amount = "almost all" if min(above) > 0.9 else "most" if min(above) > 0.5 else "part"
-    lines = [f"**The toy step** ({toy[0].config.split(',')[0]}): {amount} of its compute sits "
-             f"above the floor, {min(above):.1%} to {max(above):.1%} across the toy regimes. "
-             f"Its bytes and FLOPs need {fmt_us(floor)} µs at the measured rates; what sits "
-             "above is the cost of the way they run:"]
+    lines = [f"**The toy step** ({toy[0].config.split(',')[0]}): {amount} of its measured "
+             f"compute sits above the floor, {min(above):.1%} to {max(above):.1%} across the toy "
+             f"regimes. Its bytes and FLOPs need {fmt_us(floor)} µs at the measured rates; what "
+             "sits above is the cost of the way they run, not arithmetic, and the regime table "
+             "names it so (kernel fixed cost, latency chains):"]
     for s in toy:
-        fixed = s.us("kernel boundaries")
         parts = [f"floor {fmt_us(floor)} µs ({_share(floor, s.compute.us)})"]
-        if math.isfinite(fixed):
-            parts.append(f"per-kernel fixed cost {fmt_us(fixed)} µs "
-                         f"({_share(fixed, s.compute.us)})")
-        parts.append(f"{s.rest_is} {fmt_us(s.us('rest'))} µs "
-                     f"({_share(s.us('rest'), s.compute.us)})")
+        for name in (FIXED, CHAINS, NOT_FURTHER):
+            if math.isfinite(s.us(name)):
+                parts.append(f"{name} {fmt_us(s.us(name))} µs ({_share(s.us(name), s.compute.us)})")
         lines.append(f"- {s.regime}: compute {fmt_us(s.compute.us)} µs = " + ", ".join(parts)
                      + ".")
     return "\n".join(lines)
@@ -92,14 +113,14 @@ def transformer_verdict(splits: Sequence[ComputeSplit], regimes: Sequence[Regime
     said = (f"the largest single part of the {fmt_us(step)} µs step ({regime.config}) is "
             f"{top} ({fmt_us(top_us)} µs, {top_us / step:.0%}), then {second} "
             f"({fmt_us(second_us)} µs, {second_us / step:.0%})")
-    if top == "floor":
+    if top == FLOOR:
         verdict = ("holds once the floor is separated: " + said + ". The largest part is the "
                    "memory traffic the work needs, not a cost of the way it runs; the "
                    f"{fmt_us(step - top_us)} µs ({1 - top_us / step:.0%}) above the floor is "
                    "what a faster implementation on this GPU could still remove")
-    elif top == "kernel boundaries":
-        verdict = ("holds only in name once the floor is separated: " + said + ". Kernel "
-                   "boundaries, not the memory traffic, set the step")
+    elif top in RUNNING_COSTS:
+        verdict = ("holds only in the seed's word once the floor is separated: " + said
+                   + f". The {top}, not the memory traffic, set the step")
     else:
         verdict = "is not what the split shows: " + said
     return f'**The seed\'s regime-table line "{seed.quote}"** {verdict}.' + _before_pdl(

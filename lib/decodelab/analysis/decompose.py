@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pandas as pd
 
-from decodelab.analysis.layers import REGIMES, Headline, MissingData, Regime, Tables, fmt_us
+from decodelab.analysis.compute_split import FORWARD, NOT_SPLIT, split_compute
+from decodelab.analysis.layers import REGIMES, Headline, MissingData, Regime, Tables, Term, fmt_us
 from decodelab.analysis.regimes import BUILDERS as SINGLE_GPU
 from decodelab.analysis.tp_regime import tensor_parallel
 
@@ -16,7 +18,8 @@ BUILDERS = {**SINGLE_GPU, "tensor parallel": tensor_parallel}
 
 def decompose(tables: Tables, headline: Headline | None = None
               ) -> tuple[list[Regime], list[str]]:
-    """Every regime that the tables allow, in :data:`REGIMES` order, and a note per missing one
+    """Every regime that the tables allow, in :data:`REGIMES` order, its compute term's parts
+    attached (:func:`with_parts`), and a note per missing one
     (at the README's :class:`Headline` configuration unless another is given)."""
     headline = headline or Headline()
     regimes, notes = [], []
@@ -32,14 +35,34 @@ def decompose(tables: Tables, headline: Headline | None = None
                          f"{', '.join(bad) or 'the step time'}")
             continue
         regimes.append(regime)
-    return regimes, notes
+    return with_parts(tables, regimes, headline), notes
+
+
+def with_parts(tables: Tables, regimes: Sequence[Regime], h: Headline | None = None
+               ) -> list[Regime]:
+    """The regimes with their compute term's parts attached (``Regime.parts``): the split where
+    the tables allow one, the runtime loop's forward pass (not split: :data:`NOT_SPLIT` says
+    why); none otherwise (the regime then keeps its measured "compute")."""
+    splits = {s.regime: s for s in split_compute(tables, regimes, h)[0]}
+    out = []
+    for r in regimes:
+        compute = next((t for t in r.terms if t.layer == "compute"), None)
+        parts: tuple[Term, ...] = ()
+        if r.name in splits:
+            parts = splits[r.name].parts
+        elif compute is not None and r.name in NOT_SPLIT:
+            parts = (Term(FORWARD, compute.us, compute.low, compute.high, compute.source,
+                          f"{compute.how}; not split: {NOT_SPLIT[r.name]}"),)
+        out.append(replace(r, parts=parts))
+    return out
 
 
 def terms_frame(regimes: Sequence[Regime]) -> pd.DataFrame:
-    """Tidy rows: regime, layer, us, low, high, share of the step, source, derivation."""
+    """Tidy rows of every regime's layers (its compute term's parts where it was split):
+    regime, layer, us, low, high, share of the step, source, derivation."""
     rows = [{"regime": r.name, "layer": t.layer, "us": t.us, "low": t.low, "high": t.high,
              "share": t.us / r.step_us if r.step_us > 0 else math.nan, "source": t.source,
-             "how": t.how} for r in regimes for t in r.terms]
+             "how": t.how} for r in regimes for t in r.layers]
     return pd.DataFrame(rows, columns=["regime", "layer", "us", "low", "high", "share", "source",
                                        "how"])
 
@@ -48,7 +71,7 @@ def regime_table(regimes: Sequence[Regime]) -> pd.DataFrame:
     """One row per regime: step time, dominant layer (argmax of the terms) and its share."""
     rows = []
     for r in regimes:
-        ranked = sorted(r.terms, key=lambda t: t.us, reverse=True)
+        ranked = sorted(r.layers, key=lambda t: t.us, reverse=True)
         top = r.dominant
         runner = next((t for t in ranked if t is not top), None)
         rows.append({"regime": r.name, "config": r.config, "step_us": r.step_us, "step_low": r.step_low,

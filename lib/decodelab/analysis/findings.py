@@ -100,12 +100,12 @@ def compute_floor(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Fin
     if not splits:
         raise MissingData("; ".join(notes))
     s = splits[0]
-    floor, boundaries = s.us("floor"), s.us("kernel boundaries")
+    floor = s.us("floor")
+    above = ", ".join(f"{fmt_us(t.us)} µs of {t.layer}" for t in s.parts[1:])
     return Finding(f"Split one level deeper, the transformer step's compute "
                    f"({fmt_us(s.compute.us)} µs) is {fmt_us(floor)} µs of floor (its bytes or "
-                   f"FLOPs at the measured rates), {fmt_us(boundaries)} µs of kernel boundaries "
-                   f"and {fmt_us(s.us('attention above floor'))} µs of attention above its "
-                   "floor.", f"floor {floor / s.compute.us:.0%} of compute", s.parts[0].source)
+                   f"FLOPs at the measured rates), then {above}.",
+                   f"floor {floor / s.compute.us:.0%} of compute", s.parts[0].source)
 
 
 def versus_transformers(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
@@ -206,24 +206,7 @@ def _next_layer(regimes: Sequence[Regime], tables: Tables, h: Headline) -> list[
     r = _by_name(regimes)
     lines = []
     if "transformer decode" in r:
-        t = r["transformer decode"]
-        ranked = sorted(t.terms, key=lambda x: x.us, reverse=True)
-        text = (f"**The next layer.** In the graph-captured transformer step "
-                f"{t.dominant.layer} is {t.dominant.us / t.step_us:.0%} of "
-                f"{fmt_us(t.step_us)} µs")
-        try:
-            from decodelab.model.analysis import floor_ms
-
-            floor = float(floor_ms(_model_row(tables, "graph", h))) * 1e3
-            text += (f", and the HBM floor is {fmt_us(floor)} µs of it: "
-                     f"{fmt_us(t.step_us - floor)} µs ({1 - floor / t.step_us:.0%}) sit above "
-                     "memory bandwidth (kernel boundaries, attention below its bandwidth, the "
-                     "small kernels)")
-        except (MissingData, KeyError):
-            pass
-        if len(ranked) > 1:
-            text += f"; after compute, {ranked[1].layer} is the largest layer"
-        lines.append(text + ".")
+        lines.append(_transformer_next(r["transformer decode"], tables, h))
     if "tensor parallel" in r:
         tp = r["tensor parallel"]
         lead = ("and dominates it" if tp.dominant.layer == "comm"
@@ -235,3 +218,28 @@ def _next_layer(regimes: Sequence[Regime], tables: Tables, h: Headline) -> list[
                      f"{_term(tp, 'comm') / tp.step_us:.0%} of the TP step ({tp.config}), {lead}"
                      + (f"; {versus}" if versus else "") + ". " + one_gpu_note(tables, h))
     return lines
+
+
+def _transformer_next(t: Regime, tables: Tables, h: Headline) -> str:
+    """The graph-captured transformer step's largest layer and what sits above its floor."""
+    text = (f"**The next layer.** In the graph-captured transformer step {t.dominant.layer} is "
+            f"{t.dominant.us / t.step_us:.0%} of {fmt_us(t.step_us)} µs")
+    ranked = sorted(t.layers, key=lambda x: x.us, reverse=True)
+    floor = next((x.us for x in t.parts if x.layer == "floor"), None)
+    if floor is not None:  # the split names what sits above the floor
+        above = [x for x in ranked if x.layer != "floor" and x.us > 0][:3]
+        return (text + f"; the {fmt_us(t.step_us - floor)} µs ({1 - floor / t.step_us:.0%}) "
+                "above the floor are, largest first, "
+                + ", ".join(f"{x.layer} ({fmt_us(x.us)} µs)" for x in above) + ".")
+    try:
+        from decodelab.model.analysis import floor_ms
+
+        floor = float(floor_ms(_model_row(tables, "graph", h))) * 1e3
+        text += (f", and the HBM floor is {fmt_us(floor)} µs of it: "
+                 f"{fmt_us(t.step_us - floor)} µs ({1 - floor / t.step_us:.0%}) sit above "
+                 "memory bandwidth (not split further: no kernel profile at this point)")
+    except (MissingData, KeyError):
+        pass
+    if len(ranked) > 1:
+        text += f"; after {ranked[0].layer}, {ranked[1].layer} is the largest layer"
+    return text + "."

@@ -7,7 +7,11 @@
 - node: kernel boundaries inside a graph or barriers inside a persistent kernel;
 - orchestration: what a serving loop adds around the forward pass (schedule, prepare, sample,
   update, emit), as exposed on the step's wall clock;
-- compute: GPU-busy time of the step's kernels (the arithmetic and memory traffic itself);
+- compute: GPU-busy time of the step's kernels, as measured; not a layer of its own where the
+  tables allow a split: :data:`COMPUTE_PARTS` name what it holds (the floor, per-kernel fixed
+  cost, dependent-latency chains, ...), and the regime table ranks those parts, so that a
+  per-kernel fixed cost or a latency chain is never called "compute" (the seed study's word,
+  kept only where its claims are quoted);
 - comm: what the collectives of a tensor-parallel step add (the step minus the same step with
   its collectives replaced by local stand-ins of the same shape).
 
@@ -31,6 +35,17 @@ from decodelab.core.validate import check_choice, check_int
 from decodelab.toy.step import NAMED_CONFIGS
 
 LAYERS = ("dispatch", "replay", "node", "orchestration", "compute", "comm")
+# The compute term named for what it is (:mod:`decodelab.analysis.compute_split` derives each
+# part): the floor the work needs at the measured ceilings; for the toy step the fixed cost of
+# its kernels and its dependent-latency chains; for the transformer its matmuls above their
+# weights' floor, the small kernels (norms, rotary, copies: their whole time), attention above
+# the K/V floor and the gaps (or, with PDL, the overlap) between kernels; what is not split
+# further, and the runtime loop's forward pass, which is not split at all. "compute" stays only
+# where no split was possible.
+COMPUTE_PARTS = ("floor", "kernel fixed cost", "latency chains", "matmul above floor",
+                 "small kernels", "attention above floor", "kernel gaps", "kernel overlap",
+                 "above floor, not split", "forward pass")
+SHOWN_LAYERS = ("dispatch", "replay", "node", "orchestration", "comm", *COMPUTE_PARTS, "compute")
 REGIMES = ("eager", "graph", "multi-step graph", "persistent kernel", "runtime loop",
            "transformer decode, eager", "transformer decode", "tensor parallel")
 HEADLINE_REFERENCE = "h200"  # the shipped reference the README's figure is computed from
@@ -92,11 +107,20 @@ class Regime:
     terms: tuple[Term, ...]
     config: str = ""  # what was measured, for labels: "ultra-light, K=256", "B=32"
     origin: str = ""  # where its rows come from when not the decomposed origin's own folder
+    parts: tuple[Term, ...] = ()  # the compute term's parts (they sum to it), where split
+
+    @property
+    def layers(self) -> tuple[Term, ...]:
+        """The terms, the compute term replaced by its parts where it was split: the layers
+        the regime table ranks (they sum to ``step_us`` too)."""
+        if not self.parts:
+            return self.terms
+        return tuple(p for t in self.terms for p in (self.parts if t.layer == "compute" else (t,)))
 
     @property
     def dominant(self) -> Term:
-        """The largest term (the first listed wins a tie)."""
-        return max(self.terms, key=lambda t: t.us)
+        """The largest layer (the first listed wins a tie)."""
+        return max(self.layers, key=lambda t: t.us)
 
 
 class Tables:

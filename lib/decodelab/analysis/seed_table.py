@@ -7,6 +7,10 @@ Agreement rule (stated in the table):
 - a number agrees when ours lies within a factor of :data:`AGREE_FACTOR` of the seed's
   (different GPU generations: the same regime, not the same digits, is what can agree);
 - a regime row agrees when our computed dominant layer is one of the layers the seed names.
+  The seed's word "Compute" is kept where its claims are quoted and covers every part our
+  split names (:data:`SEED_WORDS`: all the device time of the step's kernels); such a row says
+  what the part is (a per-kernel fixed cost, a latency chain, the floor) and how large the
+  floor is, so that agreement in the seed's word is never read as "arithmetic-bound".
 """
 
 from __future__ import annotations
@@ -18,11 +22,14 @@ from dataclasses import replace
 import pandas as pd
 
 from decodelab.analysis.decompose import decompose
-from decodelab.analysis.layers import Headline, MissingData, Regime, Tables, fmt_us
+from decodelab.analysis.layers import COMPUTE_PARTS, Headline, MissingData, Regime, Tables, fmt_us
 from decodelab.analysis.regimes import multistep_fit, persistent_kernels
 from decodelab.core.seed import SEED_CLAIMS, SEED_REGIMES, SeedRegime
 
 AGREE_FACTOR = 2.0
+# What each of the seed's layer words covers among our layers: its "Compute" is everything the
+# device does inside the step's kernels, which we split and name part by part.
+SEED_WORDS = {"compute": ("compute", *COMPUTE_PARTS)}
 
 
 def _cpu_reduction(tables: Tables, h: Headline) -> tuple[float, str]:
@@ -111,11 +118,26 @@ def _regime_row(seed: SeedRegime, by_name: dict[str, Regime], tables: Tables,
         return (claim, seed_says, "no data yet", ours_hw, "n/a", "no measurement", "", seed.quote)
     top = r.dominant
     share = top.us / r.step_us if r.step_us > 0 else math.nan
-    ok = top.layer in seed.layers
-    why = (f"our dominant layer is {'one' if len(seed.layers) > 1 else 'the one'} the seed names"
-           if ok else f"the seed names {seed_says}")
+    covered = {ours for word in seed.layers for ours in SEED_WORDS.get(word, (word,))}
+    ok = top.layer in covered
     return (claim, seed_says, f"{top.layer} ({share:.0%} of {fmt_us(r.step_us)} µs)", ours_hw,
-            "yes" if ok else "no", why, r.source, seed.quote)
+            "yes" if ok else "no", _why(seed, r, ok), r.source, seed.quote)
+
+
+def _why(seed: SeedRegime, r: Regime, ok: bool) -> str:
+    """The rule as applied to one regime row, saying where the seed's word is kept."""
+    top = r.dominant.layer
+    if not ok:
+        return f"the seed names {' + '.join(seed.layers)}; ours is {top}"
+    if top not in COMPUTE_PARTS or top == "compute":
+        return f"our dominant layer is {'one' if len(seed.layers) > 1 else 'the one'} the seed names"
+    floor = next((p.us for p in r.parts if p.layer == "floor"), math.nan)
+    said = ("in the seed's word: its \"Compute\" (the seed's word, kept here) covers all the "
+            f"device time of the step's kernels, and the largest part of it is {top}")
+    if top == "floor":
+        return said + " (the bytes or FLOPs the work needs at the measured rates)"
+    return said + (f", not arithmetic: the floor is {floor / r.step_us:.1%} of the step"
+                   if math.isfinite(floor) else "")
 
 
 def hardware(tables: Tables) -> str:

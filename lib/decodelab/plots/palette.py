@@ -25,7 +25,18 @@ QUANTITY_COLORS: dict[str, str] = {
     "GPU idle": "#bbbbbb",  # light grey: the GPU waits
     "host CPU": "#332288",  # indigo: the issuing thread
     "wall": "#000000",  # black: the clock the user sees
-    "memory floor": "#888888",  # mid grey: bytes / measured copy bandwidth
+    "memory floor": "#888888",  # mid grey: bytes / measured bandwidth
+    # The compute term's parts (analysis.layers.COMPUTE_PARTS), each named for what it is.
+    "floor": "#888888",  # the memory floor, as a part of a step
+    "kernel fixed cost": "#f0e442",  # yellow
+    "latency chains": "#cc6677",  # rose
+    "matmul above floor": "#117733",  # dark green
+    "small kernels": "#bbcc33",  # pear: norms, rotary, copies
+    "attention above floor": "#ee8866",  # salmon
+    "kernel gaps": "#dddddd",  # pale grey: the device between kernels
+    "kernel overlap": "#c49c94",  # (negative: drawn as zero)
+    "above floor, not split": "#8c564b",  # brown
+    "forward pass": "#009e73",  # the compute term, not split
 }
 
 # Dispatch and run modes: ours eager and graph-captured, torch.compile, transformers', and the
