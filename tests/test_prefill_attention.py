@@ -214,3 +214,27 @@ def test_prefill_bench_rows_on_the_tiny_model():
         # GFLOP per ms = TFLOP/s
         assert r.tflop_s == pytest.approx((r.matmul_gflop + r.attention_gflop) / r.warm_ms)
     assert model.cache.pool.num_free == model.cache.pool.num_total
+
+
+@pytest.mark.parametrize("lens", [[1], [2, 3], [5, 1, 4], [1, 1, 1, 2], [7, 2, 9, 1, 3]])
+def test_pack_layout_is_right_and_16_byte_aligned(lens):
+    """Every packed tensor begins on 16 bytes whatever the chunk count and token count (a Triton
+    kernel compiles once per pointer alignment: an odd view would be a cold call)."""
+    from decodelab.model.prefill_pack import pack_prefill
+
+    model = tiny_model()
+    starts = [3 * i for i in range(len(lens))]
+    tables = shuffled_tables(model, [4] * len(lens), seed=len(lens))
+    chunks = [list(range(10 + i, 10 + i + n)) for i, n in enumerate(lens)]
+    pack = pack_prefill(model.cache, chunks, tables, starts, vocab_size=512, max_positions=1024)
+    for x in (pack.ids, pack.positions, pack.slot_mapping, pack.query_starts, pack.starts,
+              pack.block_tables):
+        assert x.storage_offset() * x.element_size() % 16 == 0 and x.is_contiguous()
+    assert pack.ids.tolist() == [tok for c in chunks for tok in c]
+    spans = list(zip(starts, lens, tables, strict=True))
+    assert pack.positions.tolist() == [s + j for s, n, _ in spans for j in range(n)]
+    assert pack.slot_mapping.tolist() == [x for s, n, bt in spans
+                                          for x in slots_for(bt, s, s + n, 4)]
+    bounds = torch.tensor([0, *lens]).cumsum(0)
+    assert pack.query_starts.tolist() == bounds.tolist() and pack.starts.tolist() == starts
+    assert pack.last.tolist() == (bounds[1:] - 1).tolist() and pack.max_query_len == max(lens)

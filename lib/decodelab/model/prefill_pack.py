@@ -94,13 +94,25 @@ def pack_prefill(cache: PagedKVCache, token_ids: Sequence[Sequence[int]],
     lens = [len(c) for c in token_ids]
     spans = list(zip(starts, lens, block_tables, strict=True))
     bounds = [0, *accumulate(lens)]
-    # (3, T) ids, positions, slots: one copy to the device
-    host = np.stack([np.fromiter(chain.from_iterable(token_ids), np.int64, count=bounds[-1]),
-                     np.concatenate([np.arange(s, s + n) for s, n, _ in spans]),
-                     np.concatenate([_slots(bt, s, n, bs) for s, n, bt in spans])])
-    ids, positions, slots = torch.from_numpy(host).to(dev)
-    small = torch.tensor([*bounds, *starts], dtype=torch.int32, device=dev)
+    n, t = len(lens), bounds[-1]
+    # One copy to the device each for (3, T) int64 ids, positions, slots and for the int32
+    # chunk offsets and starts. Every tensor starts at a multiple of 16 bytes: Triton compiles
+    # a kernel once per pointer alignment, so an unaligned view would compile again.
+    host = np.zeros((3, _aligned(t, 2)), dtype=np.int64)
+    host[0, :t] = np.fromiter(chain.from_iterable(token_ids), np.int64, count=t)
+    host[1, :t] = np.concatenate([np.arange(s, s + m) for s, m, _ in spans])
+    host[2, :t] = np.concatenate([_slots(bt, s, m, bs) for s, m, bt in spans])
+    ids, positions, slots = torch.from_numpy(host).to(dev)[:, :t]
+    at = _aligned(n + 1, 4)  # where starts begin
+    small = np.zeros(at + n, dtype=np.int32)
+    small[:n + 1], small[at:] = bounds, starts
+    small = torch.from_numpy(small).to(dev)
     return PrefillPack(ids=ids, positions=positions, slot_mapping=slots,
                        block_tables=cache.block_table_tensor(block_tables),
-                       query_starts=small[:len(bounds)], starts=small[len(bounds):],
-                       last=small[1:len(bounds)].long() - 1, max_query_len=max(lens))
+                       query_starts=small[:n + 1], starts=small[at:],
+                       last=small[1:n + 1].long() - 1, max_query_len=max(lens))
+
+
+def _aligned(count: int, per_16_bytes: int) -> int:
+    """``count`` elements rounded up to whole 16-byte units of ``per_16_bytes`` elements."""
+    return -(-count // per_16_bytes) * per_16_bytes
