@@ -341,7 +341,7 @@ def test_step_graph_bodies_read_only_static_buffers(monkeypatch):
     model = tiny_llama()
     want = run_all(Engine(model, replace_cfg(ecfg, use_graphs=False)), reqs)
     eng = Engine(model, ecfg, EagerGraphs(model))
-    assert eng.step_graphs is not None
+    assert eng.runner.step_graphs is not None
     eng.logits_hook = lambda rows, logits: [logits[i].fill_(float("nan"))
                                             for i, s in enumerate(rows)
                                             if s.request_id == "r5" and s.launched >= 4]
@@ -349,7 +349,7 @@ def test_step_graph_bodies_read_only_static_buffers(monkeypatch):
     assert {k: v for k, v in got.items() if k != "r5"} == {k: v for k, v in want.items()
                                                             if k != "r5"}
     assert got["r5"] == want["r5"][:len(got["r5"])] and len(got["r5"]) < len(want["r5"])
-    assert eng.step_graphs.last is not None and eng.pool.num_free == eng.pool.num_total
+    assert eng.runner.step_graphs.last is not None and eng.pool.num_free == eng.pool.num_total
 
 
 @pytest.mark.gpu
@@ -369,7 +369,7 @@ def test_cuda_step_graphs_sampler_equals_eager_every_step():
     checked = set()
     while eng.has_work:
         eng.step()
-        sg = eng.step_graphs
+        sg = eng.runner.step_graphs
         if sg.last is not None and eng.metrics.steps[-1].batch:
             assert sg.check(*sg.last), sg.last
             checked.add(sg.last)
@@ -390,7 +390,7 @@ def test_step_mode_equals_choose_mode_of_the_rows():
         want = choose_mode([s.params.greedy for s in rows], [s.params.top_k for s in rows],
                            [s.params.uses_penalties for s in rows], eng.vocab,
                            eng.cfg.max_partial_k)
-        assert eng.batch.mode(slots, eng.vocab, eng.cfg.max_partial_k) == want
+        assert eng.runner.batch.mode(slots, eng.vocab, eng.cfg.max_partial_k) == want
 
 
 def test_step_uniforms_equal_the_hash_across_windows_and_reassignment():

@@ -87,9 +87,12 @@ PATHS = {
 }
 
 
+@pytest.mark.parametrize("budget", [4096, 8], ids=["whole", "chunked"])
 @pytest.mark.parametrize("path", sorted(PATHS))
-def test_every_stream_ends_once_with_the_handles_status(path):
-    eng = fake_engine()
+def test_every_stream_ends_once_with_the_handles_status(path, budget):
+    """With a budget of 8 tokens the six prompts (up to 6 tokens each) are prefilled in chunks
+    across steps while the first rows decode."""
+    eng = fake_engine(max_num_batched_tokens=budget)
     called: dict[str, list[TokenEvent]] = {}
 
     def cb(ev: TokenEvent) -> None:

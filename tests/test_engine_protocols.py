@@ -71,7 +71,7 @@ def test_graphs_run_path_gives_the_eager_tokens():
     tokens = []
     for graphs in (None, EagerGraphs(model, max_blocks_per_seq=16)):
         eng = Engine(model, cfg, graphs)
-        assert (eng.graphs is None) == (graphs is None) and eng.step_graphs is None
+        assert (eng.runner.graphs is None) == (graphs is None) and eng.runner.step_graphs is None
         handles = [eng.submit(r) for r in _requests(12, model.config.vocab_size)]
         eng.run()
         tokens.append([h.tokens for h in handles])

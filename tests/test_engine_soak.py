@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import random
 
+import pytest
 from fake_runtime_model import FakeModel
 
 from decodelab.engine.config import EngineConfig
@@ -17,11 +18,17 @@ N_REQUESTS = 3000
 POISON = 47
 
 
-def test_soak_no_leak_no_loss():
+@pytest.mark.parametrize("budget", [4096, 16], ids=["whole", "chunked"])
+def test_soak_no_leak_no_loss(budget):
+    """Budget 16 (one token per row): bursts of prompts are prefilled in chunks, and aborts
+    and preemption hit sequences in the middle of their prefill."""
     rng = random.Random(0)
     model = FakeModel(num_blocks=40, block_size=4, poison=POISON, poison_after=6)
     eng = Engine(model, EngineConfig(max_num_seqs=16, max_model_len=48, keep_steps=500,
-                                     seed=3))
+                                     seed=3, max_num_batched_tokens=budget))
+    prefill, split = model.prefill, []
+    model.prefill = lambda ids, tables, starts: (split.append(any(starts)),
+                                                 prefill(ids, tables, starts))[1]
     eng.metrics.requests = eng.metrics.requests.__class__(maxlen=500)
     handles = {}
     outcome_reasons = {}
@@ -51,7 +58,7 @@ def test_soak_no_leak_no_loss():
             h = handles.pop(rid)
             outcome_reasons[rid] = (h.status, h.finish_reason)
             assert h.finish_reason, f"{rid} ended without a reason"
-        if submitted == N_REQUESTS // 2 and mem_mid is None:
+        if submitted >= N_REQUESTS // 2 and mem_mid is None:
             gc.collect()
             mem_mid = len(gc.get_objects())
     gc.collect()
@@ -62,6 +69,7 @@ def test_soak_no_leak_no_loss():
     assert eng.pool.num_free == eng.pool.num_total
     assert not (eng.active or eng.running or eng.waiting or eng.pending)
     assert sorted(eng.free_slots) == list(range(16))
+    assert any(split) == (budget == 16)
     total = sum(eng.metrics.outcomes.values())
     assert total == N_REQUESTS
     # live Python objects do not grow with the number of requests served

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from decodelab.core.validate import ConfigError, check_bool, check_choice, check_int
+from decodelab.engine.scheduler import DEFAULT_TOKEN_BUDGET, check_token_budget
 
 SAMPLERS = ("auto", "fused", "torch")
 
@@ -16,6 +17,12 @@ class EngineConfig:
     - ``max_model_len``: the longest context (prompt + output) of one sequence; None = what the
       KV pool and the model's positions allow. A larger value is refused when the engine
       starts (:meth:`context_limit`), never silently shrunk.
+    - ``max_num_batched_tokens``: the tokens one step computes, one per decode row plus the
+      prefill chunks' (vLLM's budget); at least ``max_num_seqs``, so every running row
+      decodes each step and a free row always gets a prefill token.
+    - ``chunked_prefill``: split prompts into chunks that fill the budget left by the decode
+      rows, across steps (vLLM's default); off = whole prompts (plus output, on recompute),
+      admitted while they fit in the budget, the first of a step even past it.
     - ``use_graphs``: decode through the CUDA graph of the batch's bucket (needs ``graphs``).
     - ``async_output``: process a step's tokens one step later, after the next step has been
       launched (deferred synchronisation); off = wait for each step's tokens at once.
@@ -29,7 +36,8 @@ class EngineConfig:
 
     max_num_seqs: int = 32
     max_model_len: int | None = None
-    max_prefill_tokens: int = 4096
+    max_num_batched_tokens: int = DEFAULT_TOKEN_BUDGET
+    chunked_prefill: bool = True
     eos_token_id: int | None = None
     seed: int = 0
     max_partial_k: int = 1024  # largest top-k served by partial selection instead of a sort
@@ -45,14 +53,15 @@ class EngineConfig:
         check_int(own, "max_num_seqs", self.max_num_seqs, 1, 4096)
         if self.max_model_len is not None:
             check_int(own, "max_model_len", self.max_model_len, 2)
-        check_int(own, "max_prefill_tokens", self.max_prefill_tokens, 1)
+        check_token_budget(own, self.max_num_batched_tokens, self.max_num_seqs)
         if self.eos_token_id is not None:
             check_int(own, "eos_token_id", self.eos_token_id, 0)
         check_int(own, "seed", self.seed, 0, 2**40)
         check_int(own, "max_partial_k", self.max_partial_k, 0)
         check_int(own, "keep_steps", self.keep_steps, 1)
         check_choice(own, "sampler", self.sampler, SAMPLERS)
-        for switch in ("use_graphs", "async_output", "static_inputs", "sync_phases"):
+        for switch in ("chunked_prefill", "use_graphs", "async_output", "static_inputs",
+                       "sync_phases"):
             check_bool(own, switch, getattr(self, switch))
 
     def context_limit(self, vocab_size: int, pool_tokens: int, max_positions: int) -> int:

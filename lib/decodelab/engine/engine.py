@@ -2,11 +2,12 @@
 
 One :meth:`Engine.step`:
 
-1. the scheduler's plan is applied to the block pool (preempt, grow, admit);
-2. admitted sequences are prefilled and their first token sampled; running ones take one
-   decode step and are sampled in one batched call. With graphs that is one input copy and
-   three graph replays (stage, forward, sample: ``step_graphs``); without, the same work
-   eagerly;
+1. the scheduler's plan is applied to the block pool (preempt, grow, admit): under a budget
+   of ``max_num_batched_tokens`` per step, decode rows first, then prefill chunks;
+2. the step's prefill chunks run in one varlen call, and a sequence whose last chunk this is
+   samples its first token; running ones take one decode step and are sampled in one batched
+   call. With graphs that is one input copy and three graph replays (stage, forward, sample:
+   ``step_graphs``); without, the same work eagerly;
 3. sampled tokens are scattered into the per-slot ``last_token`` table on the device (the
    next step's inputs read it there) and copied asynchronously into pinned host memory, one
    int64 per row (-1: its logits were not finite);
@@ -34,7 +35,7 @@ import torch
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.metrics import Metrics, PhaseClock, RequestRecord, StepRecord
 from decodelab.engine.output import Pending, TokenOutput
-from decodelab.engine.plan import SchedulePlan, apply_plan
+from decodelab.engine.plan import SchedulePlan, advance, apply_plan
 from decodelab.engine.protocols import ForwardGraphs, RuntimeModel
 from decodelab.engine.requests import (
     InvalidRequestError,
@@ -77,15 +78,14 @@ class Engine:
         self.vocab = model.config.vocab_size
         max_len = config.context_limit(self.vocab, cache.capacity_tokens,
                                        model.config.max_position_embeddings)
-        self.scheduler = Scheduler(SchedulerConfig(cache.block_size, config.max_num_seqs,
-                                                   max_len, config.max_prefill_tokens))
+        self.scheduler = Scheduler(SchedulerConfig(
+            cache.block_size, config.max_num_seqs, max_len, config.max_num_batched_tokens,
+            config.chunked_prefill))
         self.limits = Limits(self.vocab, max_len, config.eos_token_id)
         rows = config.max_num_seqs
         self.output = TokenOutput(rows, self.device)
         self.runner = ModelRunner(model, config, graphs,
                                   self.scheduler.config.blocks_needed(max_len), self.output)
-        self.graphs, self.batch = self.runner.graphs, self.runner.batch
-        self.penalties, self.step_graphs = self.runner.penalties, self.runner.step_graphs
         self.pending = self.output.pending
         self.free_slots = list(range(rows - 1, -1, -1))
         self.waiting: list[Sequence] = []
@@ -169,19 +169,19 @@ class Engine:
         self._t_last_step = t_start
         plan = self.scheduler.schedule(self.running, self.waiting, self.pool.num_free)
         self._apply(plan)
-        decode = [s for s, _ in plan.decode]
-        admit = [s for s, _ in plan.admit]
-        rec = StepRecord(self._steps, len(decode), self.runner.bucket(len(decode)) if decode
-                         else 0, len(admit), sum(s.num_prompt + len(s.output) for s in admit))
+        n = len(plan.decode)
+        rec = StepRecord(self._steps, n, self.runner.bucket(n) if n else 0, len(plan.prefill),
+                         sum(c.tokens for c in plan.prefill))
         self._steps += 1
         clock = PhaseClock(rec, t_start, self._sync)
         clock.mark("schedule")
-        if decode or admit:
-            self._launch(clock, decode, admit)
-        elif not self.pending and self.waiting:
+        queued = False
+        if plan.decode or plan.prefill:
+            queued = self._launch(clock, plan)
+        elif not self.pending and (self.waiting or self.running):
             raise RuntimeError("scheduler stalled: requests wait, nothing runs or is pending")
         clock.restart()
-        keep = 1 if (self.cfg.async_output and (decode or admit)) else 0
+        keep = 1 if (self.cfg.async_output and queued) else 0  # a step of chunks samples none
         while len(self.pending) > keep:
             self._process(*self.output.take(), rec)
         clock.mark("emit")
@@ -189,35 +189,30 @@ class Engine:
 
     def _apply(self, plan: SchedulePlan) -> None:
         apply_plan(plan, self.pool, self.running, self.waiting)
+        batch = self.runner.batch
         for seq in plan.preempt:  # before admissions: their slots are free again
             self._release(seq)
-        for seq, n in plan.decode:
-            if n:
-                self.batch.set_blocks(seq, len(seq.blocks) - n)
-        for seq, _ in plan.admit:
+        for seq in plan.admit:
             seq.slot = self.free_slots.pop()
-            self.batch.assign(seq)
+            batch.assign(seq)
+        for seq, n in [*plan.decode, *((c.seq, c.blocks) for c in plan.prefill)]:
+            if n:  # the blocks just added (again, harmlessly, for an admitted sequence)
+                batch.set_blocks(seq, len(seq.blocks) - n)
 
-    def _launch(self, clock: PhaseClock, decode: list[Sequence], admit: list[Sequence]) -> None:
+    def _launch(self, clock: PhaseClock, plan: SchedulePlan) -> bool:
+        """Issue the plan's step; True if it queued tokens for the host."""
         buf = self.output.next_buffer()
-        rows, cols = [], []
         try:
-            if admit:
-                self.runner.prefill(admit, buf, clock)
-                rows += admit
-                cols += range(self.output.prefill_col, self.output.prefill_col + len(admit))
-            if decode:
-                self.runner.decode(decode, clock.rec.bucket, buf, clock)
-                rows += decode
-                cols += range(len(decode))
+            rows, cols = self.runner.launch(plan, clock.rec.bucket, buf, clock)
         except Exception as exc:  # noqa: BLE001 - a failed step fails its rows, not the engine
-            for seq in [*admit, *decode]:
+            for seq in [*(c.seq for c in plan.prefill), *(s for s, _ in plan.decode)]:
                 self._retire(seq, Status.FAILED, "step_error", exc)
-            return
-        for seq in rows:
-            seq.launched += 1
-        self.output.launched(rows, cols, buf)
+            return False
+        advance(plan)
+        if rows:
+            self.output.launched(rows, cols, buf)
         clock.mark("update")
+        return bool(rows)
 
     # ------------------------------------------------------------------ emit and retire
     def _process(self, pend: Pending, toks: list[int], waited: float, rec: StepRecord) -> None:

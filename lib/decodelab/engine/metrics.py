@@ -35,8 +35,8 @@ class StepRecord:
     step: int
     batch: int  # decode rows
     bucket: int  # decode rows after padding to the graph bucket (0: no decode this step)
-    prefill_rows: int
-    prefill_tokens: int
+    prefill_rows: int  # prefill chunks (whole prompts without chunked prefill)
+    prefill_tokens: int  # their tokens (chunked: batch + this <= max_num_batched_tokens)
     # one field per PHASES entry, in that order (tests/test_table_rows.py holds them to it)
     schedule: float = 0.0
     prepare: float = 0.0

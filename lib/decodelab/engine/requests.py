@@ -6,7 +6,8 @@ inside the vocabulary, a prompt that can ever fit). Both raise :class:`InvalidRe
 (a ConfigError) naming the field and the allowed range, before anything enters a batch.
 
 A :class:`Sequence` is the engine's mutable per-request state: token history, what has been
-launched on the device but not yet seen by the host, blocks, slot, status and timings.
+launched on the device but not yet seen by the host, how much of it is in the cache (chunked
+prefill), blocks, slot, status and timings.
 """
 
 from __future__ import annotations
@@ -212,7 +213,12 @@ class Sequence:
     status: Status = Status.WAITING
     output: list[int] = field(default_factory=list)  # tokens the host has seen
     launched: int = 0  # tokens whose sampling was issued on the device (>= len(output))
-    blocks: list[int] = field(default_factory=list)
+    # Tokens of all_tokens() (then of the launched ones) whose K/V the issued steps write into
+    # the cache; prefill_len: those this admission prefills (prompt + output when admitted),
+    # in chunks, before its first sample. Both 0 while waiting.
+    num_computed: int = 0
+    prefill_len: int = 0
+    blocks: list[int] = field(default_factory=list)  # hold num_computed tokens (+ this step's)
     slot: int = -1  # row slot in the engine's per-slot device tables while running
     finish_reason: str | None = None  # "eos", "stop", "length", "aborted" or an error class
     error: str | None = None
@@ -235,6 +241,16 @@ class Sequence:
     @property
     def num_prompt(self) -> int:
         return len(self.request.prompt)
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens the host knows: prompt + output (what a recompute prefills)."""
+        return self.num_prompt + len(self.output)
+
+    @property
+    def prefilling(self) -> bool:
+        """Admitted, and part of the context of this admission not yet prefilled."""
+        return self.num_computed < self.prefill_len
 
     @property
     def context_launched(self) -> int:

@@ -2,11 +2,15 @@
 copy of the sampled tokens towards the host. The engine decides which rows run; the runner
 issues their work, asynchronously, and charges each part to its phase (``metrics.PHASES``).
 
-Decode rows take the static-batch path (``StaticBatch``: one pinned -> device copy of the
-step's inputs), then, with graphs, three replays (stage, forward, sample: ``StepGraphs``);
-without, the same work eagerly. Prefill rows (admission only) use fresh tensors. Sampled
-tokens are scattered into the per-slot ``last_token`` table on the device, where the next
-step's inputs read them, and copied into the engine's ``TokenOutput``.
+A step (:meth:`ModelRunner.launch`) may mix prefill chunks and decode rows. The chunks run
+first, eagerly, in one varlen ``model.prefill(chunks, tables, starts)`` call with fresh
+tensors; only the sequences whose last chunk this is sample (from its last position's logits;
+the other chunks' logits are discarded). Decode rows take the static-batch path
+(``StaticBatch``: one pinned -> device copy of the step's inputs), then, with graphs, three
+replays (stage, forward, sample: ``StepGraphs``); without, the same work eagerly. The two
+parts touch disjoint slots and blocks. Sampled tokens are scattered into the per-slot
+``last_token`` table on the device, where the next step's inputs read them, and copied into
+the engine's ``TokenOutput``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from decodelab.engine.batch import StaticBatch, prefill_params
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.metrics import PhaseClock
 from decodelab.engine.output import TokenOutput
+from decodelab.engine.plan import Chunk, SchedulePlan
 from decodelab.engine.protocols import ForwardGraphs, RuntimeModel
 from decodelab.engine.requests import Sequence
 from decodelab.engine.sampler import (
@@ -55,23 +60,53 @@ class ModelRunner:
         """Decode rows after padding to the forward graph's bucket."""
         return n if self.graphs is None else self.graphs.bucket_for(n)
 
-    def prefill(self, admit: list[Sequence], buf: int, clock: PhaseClock) -> None:
-        """Prefill admitted rows and sample their next token into ``buf``'s prefill columns."""
-        uses_pen = [s.params.uses_penalties for s in admit]
-        for seq in admit:
-            if seq.params.uses_penalties:
-                dev = self.device
-                self.penalties.reset_slot(seq.slot, torch.tensor(seq.request.prompt, device=dev),
-                                          torch.tensor(seq.output, dtype=torch.int64, device=dev))
-        params = prefill_params(admit, self.device)
+    def launch(self, plan: SchedulePlan, bucket: int, buf: int, clock: PhaseClock
+               ) -> tuple[list[Sequence], list[int]]:
+        """Issue the plan's step: its chunks, then its decode rows (padded to ``bucket``).
+        Returns the rows that sample and the column of each in ``buf``."""
+        rows: list[Sequence] = []
+        cols: list[int] = []
+        if plan.prefill:
+            done = self.prefill(plan.prefill, buf, clock)
+            rows += done
+            cols += range(self.output.prefill_col, self.output.prefill_col + len(done))
+        if plan.decode:
+            decode = [s for s, _ in plan.decode]
+            self.decode(decode, bucket, buf, clock)
+            rows += decode
+            cols += range(len(decode))
+        return rows, cols
+
+    def prefill(self, chunks: tuple[Chunk, ...], buf: int, clock: PhaseClock) -> list[Sequence]:
+        """Prefill the chunks in one call; the sequences whose last chunk this is sample their
+        next token into ``buf``'s prefill columns. Returns those sequences."""
+        dev = self.device
+        for c in chunks:
+            if c.start == 0 and c.seq.params.uses_penalties:  # its first chunk: a new slot
+                self._reset_penalties(c.seq)
+        final = [i for i, c in enumerate(chunks) if c.final]
+        rows = [chunks[i].seq for i in final]
+        params = prefill_params(rows, dev) if rows else None
         clock.mark("prepare")
-        logits = self.model.prefill([s.all_tokens() for s in admit], [s.blocks for s in admit])
-        clock.mark("forward")  # logits: (len(admit), vocab)
-        mode = choose_mode([s.params.greedy for s in admit], [s.params.top_k for s in admit],
-                           uses_pen, self.vocab, self.cfg.max_partial_k)
-        mode = fused(mode) if self.fused else mode
-        self._sample_into(admit, logits, params, mode, buf)
+        logits = self.model.prefill([c.seq.all_tokens()[c.start:c.start + c.tokens]
+                                     for c in chunks], [c.seq.blocks for c in chunks],
+                                    [c.start for c in chunks])
+        clock.mark("forward")  # logits: (len(chunks), vocab)
+        if rows:
+            if len(rows) < len(chunks):  # the other chunks end mid-prompt: discarded
+                logits = logits[torch.tensor(final, device=dev)]
+            mode = choose_mode([s.params.greedy for s in rows], [s.params.top_k for s in rows],
+                               [s.params.uses_penalties for s in rows], self.vocab,
+                               self.cfg.max_partial_k)
+            self._sample_into(rows, logits, params, fused(mode) if self.fused else mode, buf)
         clock.mark("sample")
+        return rows
+
+    def _reset_penalties(self, seq: Sequence) -> None:
+        """The slot's penalty tables count ``seq``'s prompt and output so far (recompute)."""
+        dev = self.device
+        self.penalties.reset_slot(seq.slot, torch.tensor(seq.request.prompt, device=dev),
+                                  torch.tensor(seq.output, dtype=torch.int64, device=dev))
 
     def decode(self, decode: list[Sequence], bucket: int, buf: int, clock: PhaseClock) -> None:
         """One decode step of running rows (padded to ``bucket``), sampled into ``buf``'s

@@ -1,45 +1,108 @@
-"""Continuous batching, first come first served: a pure decision, applied by the engine.
+"""Continuous batching with chunked prefill under a token budget, first come first served: a
+pure decision, applied by the engine.
 
 Each step, :meth:`Scheduler.schedule` looks at the running and waiting sequences and the
-number of free cache blocks and returns a :class:`~decodelab.engine.plan.SchedulePlan`:
+number of free cache blocks and returns a :class:`~decodelab.engine.plan.SchedulePlan`.
+A step computes at most ``max_num_batched_tokens`` tokens: one per decode row, the rest for
+prefill chunks (vLLM's default policy). In FCFS order:
 
 - ``decode``: running sequences that take one decode step, with the blocks each must gain
-  so that the slot its step writes exists;
+  so that the slot its step writes exists (their tokens are reserved first: every running
+  row may decode, since the budget holds ``max_num_seqs`` tokens);
+- ``prefill``: a chunk of each running sequence still being prefilled (what is left of its
+  prompt and output, cut to the budget left), then of each admitted one;
 - ``preempt``: running sequences (newest first) whose blocks are freed so that older ones
   can continue; they go back to waiting and are recomputed (prefilled again with their
-  prompt and output so far) when blocks allow;
-- ``admit``: waiting sequences (oldest first) whose prompt is prefilled this step.
+  prompt and output so far) when blocks allow. The newest sequence left gives its own
+  blocks back when it cannot decode; a chunk instead shrinks to the blocks that are free;
+- ``admit``: waiting sequences (oldest first) that start running with their first chunk:
+  the head of the queue may take a partial chunk, so a long prompt is split across steps.
+  Without ``chunked_prefill`` a chunk is a whole prompt (plus output), admitted while it
+  fits in the budget left, and always for the first admission of a step.
 
-It mutates nothing and imports no torch, so it is property-tested on CPU. The engine (and
-the tests) apply a plan with :func:`decodelab.engine.plan.apply_plan`.
+A sequence being prefilled holds its row (slot) and the blocks of the tokens computed so far
+plus this step's chunk; it samples its first token from its last chunk. The scheduler
+mutates nothing and imports no torch, so it is property-tested on CPU. The engine (and the
+tests) apply a plan with :func:`decodelab.engine.plan.apply_plan` and, once its step is
+issued, :func:`decodelab.engine.plan.advance`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from decodelab.core.validate import check_int
-from decodelab.engine.plan import SchedulePlan
+from decodelab.core.validate import ConfigError, check_bool, check_int
+from decodelab.engine.plan import Chunk, SchedulePlan
 from decodelab.engine.requests import Sequence
 from decodelab.model.block_pool import blocks_needed
+
+# Tokens one step computes by default (EngineConfig's default too; vLLM serves with 2048-16384).
+DEFAULT_TOKEN_BUDGET = 4096
+
+
+def check_token_budget(owner: str, budget: object, max_num_seqs: int) -> None:
+    """``max_num_batched_tokens`` must hold a decode token for each of ``max_num_seqs`` rows
+    (vLLM's rule): then all running rows decode every step, and whenever a row is free at
+    least one prefill token fits, so admission always makes progress."""
+    try:
+        check_int(owner, "max_num_batched_tokens", budget, max_num_seqs)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (max_num_seqs: every running row decodes one token per "
+                          "step, and a prompt must still get one)") from None
 
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     block_size: int
-    max_num_seqs: int  # rows of one decode batch (largest graph bucket)
+    max_num_seqs: int  # rows of one step (largest graph bucket); a prefilling row holds one
     max_model_len: int  # longest context of one sequence, in tokens
-    max_prefill_tokens: int = 8192  # prompt tokens admitted per step (the first always fits)
+    max_num_batched_tokens: int = DEFAULT_TOKEN_BUDGET  # per step: decode rows + prefill tokens
+    chunked_prefill: bool = True  # off: whole prompts, the first of a step past the budget
 
     def __post_init__(self) -> None:
-        check_int("SchedulerConfig", "block_size", self.block_size, 1)
-        check_int("SchedulerConfig", "max_num_seqs", self.max_num_seqs, 1)
-        check_int("SchedulerConfig", "max_model_len", self.max_model_len, 2)
-        check_int("SchedulerConfig", "max_prefill_tokens", self.max_prefill_tokens, 1)
+        own = "SchedulerConfig"
+        check_int(own, "block_size", self.block_size, 1)
+        check_int(own, "max_num_seqs", self.max_num_seqs, 1)
+        check_int(own, "max_model_len", self.max_model_len, 2)
+        check_token_budget(own, self.max_num_batched_tokens, self.max_num_seqs)
+        check_bool(own, "chunked_prefill", self.chunked_prefill)
 
     def blocks_needed(self, num_tokens: int) -> int:
         return blocks_needed(num_tokens, self.block_size)
+
+
+@dataclass(slots=True)
+class _Draft:
+    """A plan being built: the blocks and prefill tokens left, and the choices so far."""
+
+    free: int
+    budget: int  # prefill tokens left (the decode rows' tokens are reserved already)
+    victims: list[Sequence]  # running candidates not considered yet, oldest first
+    decode: list[tuple[Sequence, int]] = field(default_factory=list)
+    prefill: list[Chunk] = field(default_factory=list)
+    admit: list[Sequence] = field(default_factory=list)
+    preempt: list[Sequence] = field(default_factory=list)
+
+    def drop(self, seq: Sequence) -> None:
+        """Preempt ``seq``: its blocks, and its decode token if it decodes, are free again."""
+        self.preempt.append(seq)
+        self.free += len(seq.blocks)
+        self.budget += int(not seq.prefilling)
+
+    def make_room(self, need: int) -> None:
+        """Preempt the newest candidates not considered yet until ``need`` blocks are free."""
+        while need > self.free and self.victims:
+            self.drop(self.victims.pop())
+
+    def add_chunk(self, chunk: Chunk) -> None:
+        self.prefill.append(chunk)
+        self.free -= chunk.blocks
+        self.budget -= chunk.tokens
+
+    def plan(self) -> SchedulePlan:
+        return SchedulePlan(tuple(self.decode), tuple(self.prefill), tuple(self.admit),
+                            tuple(self.preempt))
 
 
 class Scheduler:
@@ -56,53 +119,55 @@ class Scheduler:
         ``context_launched - 1``)."""
         return max(0, self.config.blocks_needed(seq.context_launched) - len(seq.blocks))
 
-    def admit_need(self, seq: Sequence) -> int:
-        """Blocks to prefill the whole known context (prompt + output: recompute)."""
-        return self.config.blocks_needed(seq.num_prompt + len(seq.output))
+    def chunk_need(self, seq: Sequence, tokens: int) -> int:
+        """Blocks ``seq`` must gain to prefill ``tokens`` more after its ``num_computed``."""
+        return max(0, self.config.blocks_needed(seq.num_computed + tokens) - len(seq.blocks))
 
     def schedule(self, running: Seq[Sequence], waiting: Seq[Sequence], free_blocks: int
                  ) -> SchedulePlan:
-        cfg = self.config
-        # Newest last; preemption takes from the end.
-        candidates = sorted((s for s in running if self.can_decode(s)), key=lambda s: s.arrival)
-        victims = list(candidates)  # newest last: preemption pops from the end
-        decode: list[tuple[Sequence, int]] = []
-        preempt: list[Sequence] = []
-        free = free_blocks
-        for seq in candidates:
-            if not victims or victims[0] is not seq:
-                continue  # seq itself was preempted for an older sequence
-            victims.pop(0)
-            need = self.decode_need(seq)
-            while need > free and victims:
-                victim = victims.pop()  # newer than seq, not scheduled yet
-                preempt.append(victim)
-                free += len(victim.blocks)
-            if need > free:
-                # seq is the newest left: it gives its own blocks back and waits.
-                preempt.append(seq)
-                free += len(seq.blocks)
-            elif len(decode) < cfg.max_num_seqs:
-                decode.append((seq, need))
-                free -= need
-        if preempt:
+        cands = sorted((s for s in running if s.prefilling or self.can_decode(s)),
+                       key=lambda s: s.arrival)
+        decoding = sum(not s.prefilling for s in cands)
+        draft = _Draft(free_blocks, self.config.max_num_batched_tokens - decoding, cands)
+        while draft.victims:
+            seq = draft.victims.pop(0)
+            if seq.prefilling:
+                self._continue_prefill(seq, draft)
+            else:
+                self._decode(seq, draft)
+        if not draft.preempt:
             # Recompute relieves pressure only if nothing new competes for the freed blocks.
-            return SchedulePlan(tuple(decode), (), tuple(preempt))
-        # Rows hold a slot until their last token is processed, decoding or not.
-        return SchedulePlan(tuple(decode), tuple(self._admit(waiting, free, len(running))), ())
+            # Rows hold a slot until their last token is processed, decoding or not.
+            self._admit(waiting, draft, len(running))
+        return draft.plan()
 
-    def _admit(self, waiting: Seq[Sequence], free: int, rows: int) -> list[tuple[Sequence, int]]:
+    def _decode(self, seq: Sequence, draft: _Draft) -> None:
+        need = self.decode_need(seq)
+        draft.make_room(need)
+        if need > draft.free:  # seq is the newest left: it gives its own blocks back and waits
+            draft.drop(seq)
+        else:
+            draft.decode.append((seq, need))
+            draft.free -= need
+
+    def _continue_prefill(self, seq: Sequence, draft: _Draft) -> None:
+        n = min(seq.prefill_len - seq.num_computed, draft.budget)
+        if n <= 0:
+            return  # the budget is spent: it keeps its row and blocks for the next step
+        draft.make_room(self.chunk_need(seq, n))
+        # The newest left takes what its blocks and the free ones hold (maybe nothing).
+        n = min(n, (len(seq.blocks) + draft.free) * self.config.block_size - seq.num_computed)
+        if n > 0:
+            draft.add_chunk(Chunk(seq, seq.num_computed, n, self.chunk_need(seq, n)))
+
+    def _admit(self, waiting: Seq[Sequence], draft: _Draft, rows: int) -> None:
         cfg = self.config
-        admit: list[tuple[Sequence, int]] = []
-        budget = cfg.max_prefill_tokens
         for seq in sorted(waiting, key=lambda s: s.arrival):
-            n_tokens = seq.num_prompt + len(seq.output)
-            need = self.admit_need(seq)
-            if (rows + len(admit) >= cfg.max_num_seqs or need > free
+            n = min(seq.num_tokens, draft.budget) if cfg.chunked_prefill else seq.num_tokens
+            need = self.chunk_need(seq, n)
+            if (rows + len(draft.admit) >= cfg.max_num_seqs or need > draft.free
                     or len(seq.output) != seq.launched  # outputs still in flight
-                    or (admit and n_tokens > budget)):
+                    or n <= 0 or (draft.admit and n > draft.budget)):
                 break  # first come, first served: nobody overtakes the head of the queue
-            admit.append((seq, need))
-            free -= need
-            budget -= n_tokens
-        return admit
+            draft.admit.append(seq)
+            draft.add_chunk(Chunk(seq, 0, n, need))

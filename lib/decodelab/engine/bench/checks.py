@@ -47,10 +47,10 @@ def validate_step_graphs(model, graphs, base: EngineConfig, batch: int, steps: i
     reqs[1] = replace(reqs[1], params=replace(reqs[1].params, repetition_penalty=1.2,
                                                 frequency_penalty=0.3))
     handles = [eng.submit(r) for r in reqs]
+    sg = eng.runner.step_graphs
     checked = 0
     for _ in range(steps):
         eng.step()
-        sg = eng.step_graphs
         if sg.last is not None and eng.metrics.steps[-1].batch:
             if not sg.check(*sg.last):
                 raise AssertionError(f"captured sampler disagrees with the eager one at {sg.last}")
@@ -59,11 +59,11 @@ def validate_step_graphs(model, graphs, base: EngineConfig, batch: int, steps: i
         h.abort()
     if not checked:
         raise AssertionError("no decode step reached the captured sampler")
-    for (bucket, mode), sel in eng.step_graphs.selections.items():
+    for (bucket, mode), sel in sg.selections.items():
         print(f"[bench] runtime: bucket {bucket}, k_cand {mode.k_cand}: two-stage selection "
               f"{sel['two_stage_us']:.0f} us, direct {sel['direct_us']:.0f} us -> "
               f"{'two-stage' if sel['chunk'] else 'direct'}", flush=True)
-    if eng.step_graphs.failed:
-        print(f"[bench] runtime: {eng.step_graphs.failed} step graph captures FAILED; those "
+    if sg.failed:
+        print(f"[bench] runtime: {sg.failed} step graph captures FAILED; those "
               "bodies ran eagerly (same tokens, more host time)", flush=True)
     return checked
