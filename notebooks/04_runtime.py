@@ -187,7 +187,10 @@ if "runtime_errors" in tables:
 # offline run's request rate, submitted by the bench's own loop at their arrival times
 # (open loop: a slow engine does not slow the arrivals down). On a GPU this is Llama-3.2-1B in
 # bf16 with 256 rows and a KV cache sized from the free memory; on a CPU the tiny model on
-# smaller workloads of the same shape. Every run is compared with **its own floor**: for each
+# smaller workloads of the same shape. Each runs on two engines, one line of the bench's
+# config apart: `engine` prefills whole prompts, `chunked` splits them into chunks that fill
+# the step's token budget left by the decode rows (`EngineConfig.chunked_prefill`); both
+# sweeps run at the same offered rates (fractions of the first one's offline rate). Every run is compared with **its own floor**: for each
 # of its steps, the weights and K/V it read at the measured bandwidth, or its FLOPs at the
 # measured matmul rate where those take longer, summed over the run's steps.
 
@@ -217,10 +220,11 @@ if "serve_offline" in serve:
 # ### Where a run's time went
 #
 # The offline run step by step: wall time per step (black) against that step's floor (grey).
-# Steps that prefill (alone, or mixed with the decode rows of that step) are marked: without
-# chunked prefill a step that admits new prompts runs their whole prefill, and the decode rows
-# of that step wait for it: the tall steps while the offline run admits its requests, and,
-# online, wherever requests arrive (the inter-token latency's tail).
+# Steps that prefill (alone, or mixed with the decode rows of that step) are marked. In the
+# `engine` run a step that admits new prompts runs their whole prefill, and the decode rows of
+# that step wait for it: the tall steps while the offline run admits its requests and, online,
+# wherever requests arrive (the inter-token latency's tail). With `chunked` no step computes
+# more than its token budget, so a long prompt spreads over several steps of bounded length.
 
 # %%
 if "serve_steps" in serve:

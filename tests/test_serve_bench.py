@@ -129,6 +129,8 @@ def test_warmup_passes_every_batch_size():
         "offline", 4, (100, 1024), (100, 1024))),
      r"contexts of 2056 tokens; model 'tiny' has positions for 1024"),
     (lambda: Ceilings(0.0, 1.0, "copy"), r"Ceilings.gb_s=0.0: must be a number in \(0.0"),
+    (lambda: dataclasses.replace(ServeBenchConfig.for_profile("smoke"), token_budget=3),
+     r"ServeBenchConfig.token_budget=3: must be an integer >= 4"),
 ])
 def test_bad_serving_parameters_are_refused_by_name(make, message):
     with pytest.raises(ConfigError, match=message):
@@ -256,22 +258,26 @@ def test_smoke_tables_have_the_row_columns(smoke):
 
 def test_smoke_runs_served_their_workloads(smoke):
     cfg = ServeBenchConfig.for_profile("smoke")
-    off = smoke["serve_offline"].set_index("run")
-    assert list(off.index) == ["offline", "long_prompts"]
-    for wl in (cfg.offline, cfg.long_prompts):
-        reqs = wl.requests(named_config(cfg.model).vocab_size)
-        row = off.loc[wl.name]
-        assert row["requests"] == row["finished"] == len(reqs)
-        assert row["output_tokens"] == sum(r.output_len for r in reqs)
-        assert row["prompt_tokens"] == sum(len(r.prompt) for r in reqs)
-    on = smoke["serve_online"]
-    assert list(on["rate_fraction"]) == list(cfg.online.rate_fractions)
-    assert (on["offered_rate"] / on["rate_fraction"]).round(9).nunique() == 1
-    assert on["offered_rate"].iloc[0] == pytest.approx(
-        off.loc["offline", "request_rate"] * cfg.online.rate_fractions[0])
-    assert on["rate_ttft_p99_over_limit"].isna().all() or on[
-        "rate_ttft_p99_over_limit"].nunique() == 1
-    runs = pd.concat([off.reset_index(), on], ignore_index=True)
+    offline, online = smoke["serve_offline"], smoke["serve_online"]
+    assert list(dict.fromkeys(offline["variant"])) == list(cfg.variants)
+    # every variant's sweep at fractions of the first variant's offline request rate
+    base = offline.set_index(["variant", "run"]).loc[(cfg.variants[0], "offline"), "request_rate"]
+    for variant, off in offline.groupby("variant"):
+        off = off.set_index("run")
+        assert list(off.index) == ["offline", "long_prompts"]
+        for wl in (cfg.offline, cfg.long_prompts):
+            reqs = wl.requests(named_config(cfg.model).vocab_size)
+            row = off.loc[wl.name]
+            assert row["requests"] == row["finished"] == len(reqs)
+            assert row["output_tokens"] == sum(r.output_len for r in reqs)
+            assert row["prompt_tokens"] == sum(len(r.prompt) for r in reqs)
+        on = online[online["variant"] == variant]
+        assert list(on["rate_fraction"]) == list(cfg.online.rate_fractions)
+        assert on["offered_rate"].tolist() == pytest.approx(
+            [base * f for f in cfg.online.rate_fractions])
+        assert on["rate_ttft_p99_over_limit"].isna().all() or on[
+            "rate_ttft_p99_over_limit"].nunique() == 1
+    runs = pd.concat([offline, online], ignore_index=True)
     assert (runs["ratio_to_floor"] > 1.0).all() and (runs["floor_s"] > 0).all()
     assert (runs["busy_s"] <= runs["duration_s"] + 1e-9).all()
     assert runs[["ttft_p50_ms", "tpot_p50_ms", "itl_p50_ms"]].notna().all().all()
@@ -279,25 +285,42 @@ def test_smoke_runs_served_their_workloads(smoke):
 
 def test_smoke_steps_add_up_to_their_runs(smoke):
     """What the taps saw is what the workloads asked for: every prompt token prefilled once,
-    every token after a request's first decoded once (no preemption at these sizes)."""
+    every token after a request's first decoded once (no preemption at these sizes), each
+    decode row attending its whole context."""
     steps = smoke["serve_steps"]
-    runs = pd.concat([smoke["serve_offline"], smoke["serve_online"]]).set_index("run")
-    assert set(steps["run"]) == set(runs.index)
+    runs = pd.concat([smoke["serve_offline"], smoke["serve_online"]]).set_index(["variant", "run"])
+    assert set(zip(steps["variant"], steps["run"], strict=True)) == set(runs.index)
     assert set(steps["kind"]) <= {"decode", "prefill", "mixed", "emit"}
-    for run, sel in steps.groupby("run"):
-        r = runs.loc[run]
+    for key, sel in steps.groupby(["variant", "run"]):
+        r = runs.loc[key]
         assert r["preemptions"] == 0 and len(sel) == r["steps"]
         assert sel["prefill_tokens"].sum() == r["prompt_tokens"]
         assert sel["decode_rows"].sum() == r["output_tokens"] - r["requests"]
         assert sel["wall_ms"].sum() == pytest.approx(r["busy_s"] * 1e3)
         assert sel["floor_ms"].sum() == pytest.approx(r["floor_s"] * 1e3)
         assert list(sel["step"]) == list(range(len(sel)))
-    # decode rows of a request attend prompt + 1 .. prompt + output - 1 positions
+    # a request's decode rows attend prompt + 1 .. prompt + output - 1 positions
     cfg = ServeBenchConfig.for_profile("smoke")
     reqs = cfg.offline.requests(named_config(cfg.model).vocab_size)
     want = sum((r.output_len - 1) * len(r.prompt) + (r.output_len - 1) * r.output_len // 2
                for r in reqs)
-    assert steps.loc[steps["run"] == "offline", "context_tokens"].sum() == want
+    offline = steps[steps["run"] == "offline"]
+    assert (offline.groupby("variant")["context_tokens"].sum() == want).all()
+
+
+def test_smoke_chunked_variant_keeps_every_step_in_its_budget(smoke):
+    """Whole prompts: the first admission of a step runs past the budget (long prompts > 32
+    tokens); chunked: no step computes more than the budget."""
+    if "chunked" not in available_variants():
+        pytest.skip("EngineConfig has no chunked_prefill yet")
+    budget = ServeBenchConfig.for_profile("smoke").token_budget
+    steps = smoke["serve_steps"]
+    tokens = steps["decode_rows"] + steps["prefill_tokens"]
+    assert (tokens[steps["variant"] == "chunked"] <= budget).all()
+    assert (tokens[(steps["variant"] == "engine") & (steps["run"] == "long_prompts")]
+            > budget).any()
+    long = steps[(steps["variant"] == "chunked") & (steps["run"] == "long_prompts")]
+    assert (long["prefill_rows"] > 0).sum() > 2  # 2 prompts of 64-128 tokens, in chunks
 
 
 @pytest.mark.gpu

@@ -229,11 +229,11 @@ def serve_summary(tables: dict[str, pd.DataFrame]) -> str:
             for r in sel.itertuples())
         lines.append(f"- **{origin_label(origin)}**, {sel['model'].iloc[0]} {sel['dtype'].iloc[0]}"
                      f", `{variant}` ({sel['max_num_seqs'].iloc[0]} rows): {runs}."
-                     + _knee(on, origin, variant, sel))
+                     + _knee(on, origin, variant))
     return "\n".join(lines)
 
 
-def _knee(on: pd.DataFrame | None, origin: str, variant: str, off: pd.DataFrame) -> str:
+def _knee(on: pd.DataFrame | None, origin: str, variant: str) -> str:
     """The online sweep's saturation, in words (empty without a sweep)."""
     if on is None:
         return ""
@@ -241,9 +241,9 @@ def _knee(on: pd.DataFrame | None, origin: str, variant: str, off: pd.DataFrame)
     if sel.empty:
         return ""
     limit_ms, knee = sel["ttft_limit_s"].iloc[0] * 1e3, sel["rate_ttft_p99_over_limit"].iloc[0]
-    base = off.loc[off["run"] == "offline", "request_rate"].iloc[0]
+    base = sel["offered_rate"].iloc[0] / sel["rate_fraction"].iloc[0]  # the sweep's 1x
     if knee != knee:  # NaN: no rate of the sweep passed the limit
         return (f" Online, TTFT p99 stayed under {limit_ms:.0f} ms up to "
                 f"{sel['offered_rate'].max():.1f} requests/s.")
     return (f" Online, TTFT p99 first exceeds {limit_ms:.0f} ms at **{knee:.1f} requests/s** "
-            f"({knee / base:.2f}x the offline request rate).")
+            f"({knee / base:.2f}x the sweep's base rate, {base:.1f} requests/s).")

@@ -10,15 +10,17 @@ cpu and smoke profiles run the tiny model on smaller workloads of the same shape
 
 Tables (rows: :mod:`.serve_rows`): ``serve_offline`` (one row per variant and offline
 workload: throughput, latency percentiles, the decode graphs' capture time and memory, the
-warm-up), ``serve_online`` (one row per variant and rate; the lowest rate whose TTFT p99
-exceeds 1 s in every row), ``serve_steps`` (every step of every measured run: kind, rows,
-prefill tokens, wall, floor). Every run row carries its floor, the sum of its steps' floors
-(:mod:`.serve_floor`) at the ceilings measured at the start of this run
-(:mod:`.serve_ceilings`), and measured / floor.
+warm-up), ``serve_online`` (one row per variant and rate; the rates are fractions of the first
+variant's offline request rate for every variant, so their latencies compare at one offered
+load; the lowest rate whose TTFT p99 exceeds 1 s in every row), ``serve_steps`` (every step
+of every measured run: kind, rows, prefill tokens, wall, floor). Every run row carries its
+floor, the sum of its steps' floors (:mod:`.serve_floor`) at the ceilings measured at the
+start of this run (:mod:`.serve_ceilings`), and measured / floor.
 
 The engine: ``max_num_seqs`` rows (256 on the GPU, decode graphs captured up to it), a KV cache
 sized from the free device memory after the weights less ``kv_margin_gib`` (on a CPU: what the
-rows need at the longest context). One engine per variant (:data:`.serve_config.VARIANTS`)
+rows need at the longest context), ``token_budget`` tokens per step. One engine per variant
+(:data:`.serve_config.VARIANTS`: whole prompts, ``engine``; chunked prefill, ``chunked``)
 serves a warm-up run (every graph bucket's first use), then every measured run. Before a run's
 row is written, every request must have finished with exactly its output length.
 """
@@ -36,7 +38,7 @@ from decodelab.core.profiles import on_bench_device
 from decodelab.core.results import stamped, write_table
 from decodelab.engine.bench import serve_ceilings
 from decodelab.engine.bench.config import SPARE_BLOCKS, graph_buckets
-from decodelab.engine.bench.serve_config import VARIANTS, ServeBenchConfig
+from decodelab.engine.bench.serve_config import ServeBenchConfig, engine_config
 from decodelab.engine.bench.serve_rows import (
     OfflineRow,
     OnlineRow,
@@ -99,14 +101,15 @@ def _check(name: str, trace: RunTrace, reqs: list[ServeRequest]) -> None:
 
 
 def _serve_variant(variant: str, ecfg: EngineConfig, cfg: ServeBenchConfig, model, graphs,
-                   floor, offline: list[ServeRequest], long: list[ServeRequest]):
-    """The warm-up, the offline runs and the online sweep of one engine variant."""
+                   floor, offline: list[ServeRequest], long: list[ServeRequest],
+                   base_rate: float | None):
+    """The warm-up, the offline runs and the online sweep of one engine variant, at fractions
+    of ``base_rate`` (None: this variant's own offline request rate)."""
     served = ServeEngine(model, ecfg, graphs, floor)
-    temp = cfg.offline.temperature
     t0 = time.perf_counter()
     served.run(f"{variant}-warmup", warmup_requests(
         cfg.max_num_seqs, cfg.warmup_prompt, model.config.vocab_size,
-        longest=cfg.long_prompts.prompt_len[1]), temp)
+        longest=cfg.long_prompts.prompt_len[1]), cfg.offline.temperature)
     warmup_s = time.perf_counter() - t0
     print(f"[bench] serve: {variant}: warm-up {warmup_s:.1f} s", flush=True)
     graph = dict(capture_s=getattr(graphs, "capture_s", NAN),
@@ -118,24 +121,30 @@ def _serve_variant(variant: str, ecfg: EngineConfig, cfg: ServeBenchConfig, mode
         offline_rows.append(OfflineRow.of(variant, wl.name, trace, **graph))
         traces.append((wl.name, trace))
         _say(variant, offline_rows[-1])
-    base_rate = offline_rows[0].request_rate
-    online_rows = []
-    for fraction in cfg.online.rate_fractions:
-        reqs = cfg.online.requests(offline, fraction * base_rate)
-        name = run_name("online", fraction)
-        trace = served.run(f"{variant}-{name}", reqs, temp)
-        _check(name, trace, reqs)
-        online_rows.append(OnlineRow.of(variant, "online", trace, rate_fraction=fraction,
-                                        offered_rate=fraction * base_rate,
-                                        arrival_span_s=reqs[-1].arrival_s))
-        traces.append((name, trace))
-        _say(variant, online_rows[-1])
-    knee = first_rate_over([r.offered_rate for r in online_rows],
-                           [r.ttft_p99_ms * 1e-3 for r in online_rows], TTFT_LIMIT_S)
-    online_rows = [dataclasses.replace(r, rate_ttft_p99_over_limit=knee) for r in online_rows]
+    online_rows = _online(served, variant, cfg, offline, base_rate or offline_rows[0].request_rate,
+                          traces)
     steps = [ServeStepRow.of(variant, run, i, s) for run, tr in traces
              for i, s in enumerate(tr.steps)]
     return offline_rows, online_rows, steps
+
+
+def _online(served: ServeEngine, variant: str, cfg: ServeBenchConfig,
+            offline: list[ServeRequest], base_rate: float, traces: list) -> list[OnlineRow]:
+    """The online sweep; its traces are appended to ``traces``."""
+    rows = []
+    for fraction in cfg.online.rate_fractions:
+        reqs = cfg.online.requests(offline, fraction * base_rate)
+        name = run_name("online", fraction)
+        trace = served.run(f"{variant}-{name}", reqs, cfg.offline.temperature)
+        _check(name, trace, reqs)
+        rows.append(OnlineRow.of(variant, "online", trace, rate_fraction=fraction,
+                                 offered_rate=fraction * base_rate,
+                                 arrival_span_s=reqs[-1].arrival_s))
+        traces.append((name, trace))
+        _say(variant, rows[-1])
+    knee = first_rate_over([r.offered_rate for r in rows], [r.ttft_p99_ms * 1e-3 for r in rows],
+                           TTFT_LIMIT_S)
+    return [dataclasses.replace(r, rate_ttft_p99_over_limit=knee) for r in rows]
 
 
 def _say(variant: str, row) -> None:
@@ -158,13 +167,14 @@ def _bench(cfg: ServeBenchConfig, dev: torch.device, out_dir: Path) -> list[Path
     vocab = model.config.vocab_size
     offline, long = cfg.offline.requests(vocab), cfg.long_prompts.requests(vocab)
     floor = floor_of(model.config, torch.tensor([], dtype=dtype).element_size(), ceilings)
-    base = EngineConfig(max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_model_len,
-                        use_graphs=graphs is not None)
     tables: dict[str, list] = {"serve_offline": [], "serve_online": [], "serve_steps": []}
     for variant in cfg.variants:
-        ecfg = dataclasses.replace(base, **VARIANTS[variant])
+        ecfg = engine_config(variant, cfg.token_budget, max_num_seqs=cfg.max_num_seqs,
+                             max_model_len=cfg.max_model_len, use_graphs=graphs is not None)
+        # every variant's sweep at the same offered rates: the first variant's offline rate's
+        base_rate = tables["serve_offline"][0].request_rate if tables["serve_offline"] else None
         for name, rows in zip(tables, _serve_variant(variant, ecfg, cfg, model, graphs, floor,
-                                                     offline, long), strict=True):
+                                                     offline, long, base_rate), strict=True):
             tables[name] += rows
     run = dict(model=cfg.model, dtype=cfg.dtype, block_size=cfg.block_size,
                max_num_seqs=cfg.max_num_seqs, kv_blocks=model.cache.num_blocks,

@@ -1,9 +1,10 @@
 """The serving bench's configuration per profile, and the engine variants it serves with.
 
 A variant is one line of :data:`VARIANTS`: a name and the ``EngineConfig`` fields it sets on
-top of the bench's base engine (``max_num_seqs``, ``max_model_len``, graphs where there are
-any). A variant whose fields this ``EngineConfig`` does not have is left out of the profiles
-(:func:`available_variants`) and refused when asked for.
+top of the bench's base engine (:func:`engine_config`: ``max_num_seqs``, ``max_model_len``,
+graphs where there are any, the token budget of a step, whole-prompt prefill as the runtime
+bench runs it). A variant whose fields this ``EngineConfig`` does not have is left out of the
+profiles (:func:`available_variants`) and refused when asked for.
 """
 
 from __future__ import annotations
@@ -17,18 +18,36 @@ from decodelab.engine.bench.serve_workload import OfflineWorkload, OnlineSweep
 from decodelab.model.config import named_config
 
 VARIANTS: dict[str, dict[str, Any]] = {
-    "engine": {},
+    "engine": {},  # whole prompts (plus output, on recompute) under the token budget
+    "chunked": {"chunked_prefill": True},  # prompts split to fill the budget the decode leaves
 }
 DTYPES = ("float32", "bfloat16", "float16")
 CONTEXT_SPARE = 8  # positions beyond the longest prompt + output of any workload
 
 
-def available_variants() -> tuple[str, ...]:
-    """The variants whose fields ``EngineConfig`` has, in :data:`VARIANTS`' order."""
+def _engine_fields() -> set[str]:
     from decodelab.engine.config import EngineConfig
 
-    have = {f.name for f in fields(EngineConfig)}
+    return {f.name for f in fields(EngineConfig)}
+
+
+def available_variants() -> tuple[str, ...]:
+    """The variants whose fields ``EngineConfig`` has, in :data:`VARIANTS`' order."""
+    have = _engine_fields()
     return tuple(name for name, sets in VARIANTS.items() if set(sets) <= have)
+
+
+def engine_config(variant: str, token_budget: int, **sizes: Any):
+    """The ``EngineConfig`` of ``variant``: ``sizes``, the base engine's budget and whole-prompt
+    prefill where ``EngineConfig`` has those fields (before it did, its only way), then the
+    variant's own fields."""
+    from decodelab.engine.config import EngineConfig
+
+    check_choice("engine_config", "variant", variant, available_variants())
+    have = _engine_fields()
+    base = {"max_num_batched_tokens": token_budget, "chunked_prefill": False}
+    return EngineConfig(**sizes, **{**{k: v for k, v in base.items() if k in have},
+                                    **VARIANTS[variant]})
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +62,7 @@ class ServeBenchConfig:
     warmup_prompt: int  # prompt length of the warm-up requests (serve_workload.warmup_requests)
     graph_batches: tuple[int, ...] = ()  # buckets captured beyond graph_buckets' defaults
     kv_margin_gib: float = 8.0  # GPU: memory left free beside the weights and the KV cache
+    token_budget: int = 4096  # tokens one step computes (EngineConfig.max_num_batched_tokens)
     block_size: int = 16
     variants: tuple[str, ...] = ("engine",)
 
@@ -55,6 +75,7 @@ class ServeBenchConfig:
         for b in self.graph_batches:
             check_int(own, "graph_batches[]", b, 1, self.max_num_seqs)
         check_float(own, "kv_margin_gib", self.kv_margin_gib, 0.0, 1024.0)
+        check_int(own, "token_budget", self.token_budget, self.max_num_seqs)  # a token a row
         check_int(own, "block_size", self.block_size, 1, 1024)
         if not isinstance(self.variants, tuple) or not self.variants:
             raise ConfigError(f"{own}.variants={self.variants!r}: must be a non-empty tuple of "
@@ -79,7 +100,7 @@ class ServeBenchConfig:
                                                     prompt_len=(2048, 8192),
                                                     output_len=(128, 512), seed=1),
                        online=OnlineSweep(rate_fractions=(0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0),
-                                          max_requests=256, max_arrival_s=20.0),
+                                          max_requests=256, max_arrival_s=15.0),
                        warmup_prompt=32, graph_batches=(160, 192, 224, 256),
                        variants=available_variants())
         if profile == "smoke":
@@ -91,7 +112,8 @@ class ServeBenchConfig:
                                                     seed=1),
                        online=OnlineSweep(rate_fractions=(0.5, 1.5), max_requests=6,
                                           max_arrival_s=1.0),
-                       warmup_prompt=4, block_size=8, variants=available_variants())
+                       warmup_prompt=4, token_budget=32, block_size=8,
+                       variants=available_variants())
         return cls(profile=profile, model="tiny", dtype="float32", max_num_seqs=16,
                    offline=OfflineWorkload("offline", num_requests=32, prompt_len=(16, 128),
                                            output_len=(16, 128)),
@@ -100,7 +122,8 @@ class ServeBenchConfig:
                                                 seed=1),
                    online=OnlineSweep(rate_fractions=(0.5, 1.0, 1.5, 2.0, 3.0),
                                       max_requests=32, max_arrival_s=3.0),
-                   warmup_prompt=8, block_size=8, variants=available_variants())
+                   warmup_prompt=8, token_budget=256, block_size=8,
+                   variants=available_variants())
 
     @property
     def max_model_len(self) -> int:
