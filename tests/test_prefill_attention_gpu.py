@@ -14,6 +14,7 @@ from prefill_cases import paged_case
 
 from decodelab.model import compare
 from decodelab.model.attention import paged_prefill_attention_ref
+from decodelab.model.bench.prefill import COMPILE_LENS
 from decodelab.model.config import named_config
 from decodelab.model.kv_cache import PagedKVCache
 from decodelab.model.llama import PagedLlama
@@ -101,3 +102,42 @@ def test_a_never_seen_pack_shape_has_no_cold_cost():
         warm = statistics.median([run(seen) for _ in range(4)][1:])
         first = run(new)
         assert first < 3 * warm * sum(new) / sum(seen), (seen, new, first, warm)
+
+
+def test_new_pack_shapes_compile_no_new_triton_kernel():
+    """After two prefills (with and without PDL), packs of other chunk counts, odd and even
+    token counts, other block-table widths and starts compile no further variant of any Triton
+    kernel prefill runs (no per-length specialization, no alignment specialization of the
+    packed inputs)."""
+    from decodelab.model.triton import fused, prefill_attention
+
+    kernels = [prefill_attention._prefill_attn_kernel, fused._rope_write_kernel,
+               fused._add_rms_norm_kernel, fused._silu_mul_kernel]
+
+    def variants() -> int:
+        return sum(len(cache[0]) for k in kernels for cache in k.device_caches.values())
+
+    model = build(num_layers=2)
+    pool, rng = model.cache.pool, random.Random(4)
+
+    def prefill(lens, starts):
+        seqs = [rng.choices(range(model.config.vocab_size), k=s + n)
+                for n, s in zip(lens, starts, strict=True)]
+        tables = [pool.allocate(pool.blocks_needed(len(s))) for s in seqs]
+        try:
+            for seq, bt, s in zip(seqs, tables, starts, strict=True):
+                if s:
+                    model.prefill([seq[:s]], [bt])
+            model.prefill([seq[s:] for seq, s in zip(seqs, starts, strict=True)], tables,
+                          starts)
+        finally:
+            for bt in tables:
+                pool.free(bt)
+
+    for n in COMPILE_LENS:  # the kernels' variants with PDL (few tokens) and without
+        prefill([n], [0])
+    before = variants()
+    for lens, starts in (([1], [0]), ([513], [0]), ([3, 4, 5], [0, 17, 0]), ([16] * 7, [0] * 7),
+                         ([256], [4096]), ([rng.randint(1, 900) for _ in range(20)], [0] * 20)):
+        prefill(lens, starts)
+    assert variants() == before

@@ -4,9 +4,10 @@ A serving engine meets a new pack shape (chunk count and lengths) at nearly ever
 kernel that builds a plan per shape pays for it at each one (SDPA on cuDNN builds one per
 sequence length). Each pack here is one this process has not run before: its first call is
 timed alone (wall clock, synchronised on both sides: the cold cost, if any), then warm calls of
-the same inputs (median wall time). A small prefill before the first pack compiles the kernels,
-so no row pays for compilation. Packs: one prompt of 512, one of 513, 20 prompts of 500-700
-tokens twice (other lengths the second time), and a 256-token chunk after 4096 cached ones.
+the same inputs (median wall time). Two small prefills before the first pack compile the
+kernels (``COMPILE_LENS``), so no row pays for compilation. Packs: one prompt of 512, one of
+513, 20 prompts of 500-700 tokens twice (other lengths the second time), and a 256-token chunk
+after 4096 cached ones.
 
 Each pack's first-call logits are checked afterwards (so the check warms nothing before the
 first call) against the torch backend over the same cache: RoPE, cache write and the
@@ -26,9 +27,13 @@ from decodelab.core.timing import TimingConfig, device_sync, median_times
 from decodelab.model.compare import rel_err
 from decodelab.model.config import ModelConfig
 from decodelab.model.llama import PagedLlama
+from decodelab.model.pdl_policy import MAX_ROWS
 
 PREFILL_TABLE = "paged_prefill"
 WARM = TimingConfig(warmup=1, repeats=5, inner=1)
+# Prefills that compile every kernel variant: with PDL at up to MAX_ROWS tokens and without it
+# above (the PDL flag is a constexpr of the norm and RoPE kernels).
+COMPILE_LENS = (MAX_ROWS, MAX_ROWS + 1)
 LOGITS_RTOL = 5e-2  # bf16 Triton prefill vs torch prefill logits on the same weights
 
 
@@ -83,11 +88,12 @@ def prefill_rows(model: PagedLlama, packs=None, seed: int = 0) -> list[PrefillRo
     ref = PagedLlama(cfg, model.weights, model.cache, backend="torch")
     rng = random.Random(seed)
     rows = []
-    table = pool.allocate(pool.blocks_needed(16))
-    try:
-        model.prefill([rng.choices(range(cfg.vocab_size), k=16)], [table])  # compile first
-    finally:
-        pool.free(table)
+    for n in COMPILE_LENS:
+        table = pool.allocate(pool.blocks_needed(n))
+        try:
+            model.prefill([rng.choices(range(cfg.vocab_size), k=n)], [table])
+        finally:
+            pool.free(table)
     for name, lens, starts in packs if packs is not None else default_packs(rng):
         seqs = [rng.choices(range(cfg.vocab_size), k=s + n) for n, s in zip(lens, starts,
                                                                              strict=True)]
