@@ -187,6 +187,7 @@ class ServeStepRow:
     @classmethod
     def of(cls, variant: str, run: str, step: int, s: StepTrace) -> ServeStepRow:
         w = s.work
+        # to 0.1 µs: tens of thousands of steps per GPU run, and no clock resolves finer
         return cls(variant, run, step, w.kind, w.decode_rows, s.bucket, w.prefill_rows,
-                   w.prefill_tokens, w.decode_context, s.wall_s * 1e3, s.floor.s * 1e3,
-                   s.floor.bound)
+                   w.prefill_tokens, w.decode_context, round(s.wall_s * 1e3, 4),
+                   round(s.floor.s * 1e3, 4), s.floor.bound)
