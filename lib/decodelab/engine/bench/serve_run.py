@@ -19,7 +19,7 @@ import torch
 from tqdm import tqdm
 
 from decodelab.core.timing import device_sync
-from decodelab.engine.bench.serve_floor import Ceilings, StepWork, step_floor
+from decodelab.engine.bench.serve_floor import Ceilings, StepFloor, StepWork, step_floor
 from decodelab.engine.bench.serve_rows import RunTrace, StepTrace
 from decodelab.engine.bench.serve_workload import ServeRequest
 from decodelab.engine.config import EngineConfig
@@ -74,7 +74,7 @@ class _PlanTap:
 class ServeEngine:
     """An engine over ``model`` whose steps' work is observed (module docstring)."""
 
-    def __init__(self, model, ecfg: EngineConfig, graphs, floor: Callable[[StepWork], object]
+    def __init__(self, model, ecfg: EngineConfig, graphs, floor: Callable[[StepWork], StepFloor]
                  ) -> None:
         self.tap = _WorkTap()
         self.engine = Engine(_ModelTap(model, self.tap), ecfg, graphs)
@@ -82,8 +82,7 @@ class ServeEngine:
         self.floor = floor
         self.device = torch.device(model.device)
 
-    def run(self, name: str, reqs: list[ServeRequest], temperature: float, *,
-            progress: bool = True) -> RunTrace:
+    def run(self, name: str, reqs: list[ServeRequest], temperature: float) -> RunTrace:
         """Serve ``reqs`` (arrival times relative to the run's start) until all have ended."""
         eng = self.engine
         times: list[list[float]] = [[] for _ in reqs]
@@ -93,7 +92,7 @@ class ServeEngine:
         ended_before, tokens_before = len(eng.metrics.requests), eng.metrics.tokens_out
         steps: list[tuple[StepWork, int, float]] = []  # (work, bucket, wall s); floors after
         bar = tqdm(total=sum(r.output_len for r in reqs), desc=f"serve {name}", unit="tok",
-                   file=sys.stderr, mininterval=2.0, disable=not progress, leave=False)
+                   file=sys.stderr, mininterval=2.0, leave=False)
         device_sync(self.device)
         t0 = time.perf_counter()
         i, open_step = 0, None  # (start, work, record) of the last step, its wall not yet known
@@ -143,6 +142,6 @@ def _stamp(times: list[float]):
     return on_token
 
 
-def floor_of(mcfg, dtype_bytes: int, ceilings: Ceilings) -> Callable[[StepWork], object]:
+def floor_of(mcfg, dtype_bytes: int, ceilings: Ceilings) -> Callable[[StepWork], StepFloor]:
     """The step floor function of one model, dtype and set of measured ceilings."""
     return lambda work: step_floor(mcfg, dtype_bytes, work, ceilings)
