@@ -1,5 +1,6 @@
-"""The model's Triton kernels run in Triton's CPU interpreter against the torch ops (fp32), so
-their logic is tested on every machine that has Triton, not only on a GPU."""
+"""The model's Triton kernels and the fused sampler's run in Triton's CPU interpreter against
+the torch ops and the sampling rule (fp32), so their logic is tested on every machine that has
+Triton, not only on a GPU."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
 HERE = Path(__file__).parent
 
 
-def _run(*checks: str) -> str:
+def _run(*checks: str, script: str = "triton_interp_checks.py", timeout: int = 600) -> str:
     env = {**os.environ, "TRITON_INTERPRET": "1",
            "PYTHONPATH": os.pathsep.join([str(HERE.parent / "lib"),
                                          os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, str(HERE / "triton_interp_checks.py"), *checks],
-                          capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run([sys.executable, str(HERE / script), *checks],
+                          capture_output=True, text=True, env=env, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -34,3 +35,10 @@ def test_matmul_kernels_equal_torch():
 @pytest.mark.slow
 def test_decode_step_on_triton_ops_equals_torch_ops():
     assert _run("model").strip() == "model: ok"
+
+
+def test_fused_sampler_follows_the_rule_for_every_row_kind():
+    """Greedy, plain temperature, min-p alone, top-p alone (flat rows: nuclei of thousands of
+    tokens), top-k with and without top-p (k up to 5000), on peaked, flat and bf16 rows."""
+    out = _run("kinds", script="sampler_interp_checks.py", timeout=1800)
+    assert out.splitlines() == ["kinds: ok"]

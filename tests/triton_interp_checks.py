@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+import triton.language as tl
 
 from decodelab.model.llama import TorchOps
 
@@ -34,6 +36,24 @@ def _scalar_loop_bounds() -> None:
                        lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
 
     interpreter._patch_lang_tensor = with_scalar_index
+
+
+def _bool_comparisons() -> None:
+    """Triton 3.6's interpreter labels a comparison's result with its operands' type, so a
+    scalar comparison of floats broadcast against a vector (``mask & (x > 0.0)``) becomes a
+    float32 vector that ``&`` refuses. Label comparisons int1, as the compiler does."""
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+
+    def labelled(op):
+        def compare(self, lhs, rhs):
+            return interpreter.TensorHandle(np.asarray(op(self, lhs, rhs).data, dtype=bool),
+                                            tl.int1)
+        return compare
+
+    for name in [n for n in dir(builder) if n.startswith(("create_fcmp", "create_icmp"))]:
+        setattr(builder, name, labelled(getattr(builder, name)))
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -119,6 +139,7 @@ CHECKS = {"gemv": gemv, "add_norm_gemv": add_norm_gemv, "skinny": skinny, "model
 
 if __name__ == "__main__":
     _scalar_loop_bounds()
+    _bool_comparisons()
     for name in sys.argv[1:]:
         CHECKS[name]()
         print(f"{name}: ok")

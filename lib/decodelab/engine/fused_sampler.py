@@ -1,26 +1,38 @@
 """The fused sampler: penalties, temperature, top-k, top-p, min-p, the draw and the step's
-bookkeeping for a whole batch in four Triton kernels, without sorting the vocabulary (GPU
-only, imported lazily). It computes ``sampler``'s rule (same kept set, same token-id-order
-draw from the same uniform); float sums run in another order, so a uniform or a top-p mass
-within rounding of a boundary may resolve the other way.
+bookkeeping for a whole batch in Triton kernels, without sorting the vocabulary (GPU only,
+imported lazily). It computes ``sampler``'s rule (same kept set, same token-id-order draw
+from the same uniform); float sums run in another order, so a uniform or a top-p mass within
+rounding of a boundary may resolve the other way.
 
-1. ``stats_kernel`` (row x chunk of TOKENS_PER_PROGRAM tokens): the penalised logits z
-   (stored for rows with penalties only), the chunk's maximum, its first argmax, a NaN / +inf flag.
-2. ``histogram_kernel`` (row x chunk): the gap g = z_max - z of each token in NB bins (the
-   float's bits: exponent and 3 mantissa bits, so a bin's tokens are a range of z), per chunk, and
-   the chunk's mass sum of e = exp((z - z_max) / T). Integer counts: no order to depend on.
-3. ``gather_kernel`` (row x chunk): from the row's histogram, the gap bin b* (the first that
-   holds the top-k, or for a row without top-k the last whose tokens fit BUF), then each chunk
-   copies its tokens with bin <= b* into the row's buffer in token order, at the offset the
-   histograms give (no atomics), and reports the largest z it left out.
-4. ``_solve`` (one program per row): greedy rows take the argmax. A sampling row whose kept
-   set provably lies in its buffer sorts the buffer's values (at most BUF, in registers) for
-   tau_k and tau_p and draws from it; any other row (top-k beyond the buffer, a nucleus
-   larger than it, min-p or no filter at all over a flat row) takes exact passes over its
-   row: bisection on the order-preserving integer key of z for tau_k and tau_p (32 passes
-   each at most), and two passes for the draw. Then the output row, ``last_token[slot]``
-   and the penalty count of the sampled token.
+Row x chunk kernels run one program per TOKENS_PER_PROGRAM tokens of a row; row kernels one
+program per row. Every row kind reads its logits a few times, in parallel over its chunks:
 
+1. ``stats_kernel`` (row x chunk): the penalised logits z (stored for rows with penalties
+   only), the chunk's maximum m_c, its first argmax, a NaN / +inf flag, and for sampling
+   rows the chunk's mass against its own maximum, sum of exp((z - m_c) / T) (online, tile by
+   tile).
+2. ``histogram_kernel`` (row x chunk): min-p alone: the chunk's kept mass (e >= min_p, with
+   e = exp((z - z_max) / T)). Rows with a top-k or a top-p: the gap g = z_max - z in NB bins
+   (the float's bits: exponent and 3 mantissa bits, so a bin's tokens are a range of z) and
+   the chunk's mass. Integer counts: no order to depend on.
+3. ``gather_kernel`` (row x chunk), rows with a top-k or a top-p: from the row's histogram,
+   the gap bin b* (the first that holds the top-k, or for a row without top-k the last
+   whose tokens fit BUF), then each chunk copies its tokens with bin <= b* into the row's
+   buffer in token order, at the offset the histograms give (no atomics), and reports the
+   largest z it left out.
+4. ``solve_kernel`` (row), rows with a top-k or a top-p: if the threshold provably lies in
+   the buffer, sorting its values (at most BUF, in registers) gives tau_k and tau_p; else
+   exact passes over the row (bisection on the order-preserving integer key of z).
+5. ``kept_kernel`` (row x chunk), rows with a threshold: the chunk's kept mass.
+6. ``pick_kernel`` (row x chunk): the draw by the inverse CDF in token-id order. Every
+   program of a row finds, from the chunks' kept masses (plain rows: their masses of step 1
+   rescaled by exp((m_c - z_max) / T)), the chunk where the running mass reaches u * total;
+   that chunk's program scans its tokens for the first whose running mass reaches it (or,
+   within rounding of the chunk's end, its last kept token). Greedy and non-finite rows:
+   chunk 0 takes the argmax. The owner writes the output row, ``last_token[slot]`` and the
+   penalty count of the sampled token.
+
+Plain temperature is then two passes over the logits (steps 1 and 6), min-p alone three.
 A row's work depends only on its own logits and parameters: the same token alone or in any
 batch, with or without penalties in other rows.
 """
@@ -86,13 +98,17 @@ def load_z(l_ptr, l_stride, w_ptr, pen, row, offs, mask, V, PENALTIES: tl.conste
 
 @triton.jit
 def stats_kernel(l_ptr, l_stride, w_ptr, counts_ptr, prompt_ptr, slot_ptr, rep_ptr, pres_ptr,
-           freq_ptr, cmax_ptr, carg_ptr, cbad_ptr, V, C,
-           PENALTIES: tl.constexpr, PER_PROGRAM: tl.constexpr, TILE: tl.constexpr):
+                 freq_ptr, temp_ptr, invt_ptr, cmax_ptr, carg_ptr, cbad_ptr, cnorm_ptr, V, C,
+                 PENALTIES: tl.constexpr, SAMPLING: tl.constexpr, PER_PROGRAM: tl.constexpr,
+                 TILE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
     best = tl.full((), float("-inf"), tl.float32)
     arg = tl.full((), 0, tl.int32)
     bad = tl.full((), 0, tl.int32)
+    norm = tl.full((), 0.0, tl.float32)  # sum of exp((z - best) / T) over the tiles so far
+    sampling = tl.load(temp_ptr + row) >= GREEDY
+    invt = tl.load(invt_ptr + row)
     for t in range(0, PER_PROGRAM, TILE):
         offs = c * PER_PROGRAM + t + tl.arange(0, TILE)
         mask = offs < V
@@ -112,10 +128,17 @@ def stats_kernel(l_ptr, l_stride, w_ptr, counts_ptr, prompt_ptr, slot_ptr, rep_p
         m = tl.max(z, axis=0)
         a = tl.argmax(z, axis=0, tie_break_left=True)
         arg = tl.where(m > best, c * PER_PROGRAM + t + a, arg)
+        if SAMPLING:  # noqa: SIM102 - a compile-time branch around a run-time one
+            if sampling:  # the chunk's mass against its running maximum (online softmax)
+                new = tl.maximum(best, m)
+                scale = tl.where(new == float("-inf"), 0.0, tl.exp((best - new) * invt))
+                add = tl.where(mask & (new > float("-inf")), tl.exp((z - new) * invt), 0.0)
+                norm = norm * scale + tl.sum(add, axis=0)
         best = tl.maximum(best, m)
     tl.store(cmax_ptr + row * C + c, best)
     tl.store(carg_ptr + row * C + c, arg)
     tl.store(cbad_ptr + row * C + c, bad)
+    tl.store(cnorm_ptr + row * C + c, norm)
 
 
 @triton.jit
@@ -125,12 +148,50 @@ def row_max(cmax_ptr, row, C, CP2: tl.constexpr):
 
 
 @triton.jit
+def filtered(topk_ptr, topp_ptr, row, V):
+    """The row has a threshold to find: a top-k or a top-p."""
+    return (tl.load(topk_ptr + row) < V) | (tl.load(topp_ptr + row) < 1.0)
+
+
+@triton.jit
+def scan_chunk(l_ptr, l_stride, w_ptr, pen, row, c, V, zmax, invt, tau, min_p, run, target,
+               PENALTIES: tl.constexpr, PER_PROGRAM: tl.constexpr, TILE: tl.constexpr):
+    """Chunk ``c``'s kept tokens (z >= tau, e >= min_p) in id order, their mass running on from
+    ``run``: (the running mass after the chunk, the first id at which it reaches ``target``
+    or V, the last kept id of nonzero mass or -1). Tiles after the target are skipped."""
+    found = tl.full((), V, tl.int64)
+    last = tl.full((), -1, tl.int64)
+    for t in range(0, PER_PROGRAM, TILE):
+        if run < target:
+            offs = (c * PER_PROGRAM + t + tl.arange(0, TILE)).to(tl.int64)
+            mask = offs < V
+            z = load_z(l_ptr, l_stride, w_ptr, pen, row, offs, mask, V, PENALTIES)
+            e = tl.exp((z - zmax) * invt)
+            keep = mask & (z >= tau) & (e >= min_p)
+            cum = tl.cumsum(tl.where(keep, e, 0.0), axis=0) + run  # (TILE,) non-decreasing
+            found = tl.minimum(found, tl.min(tl.where(mask & (cum >= target), offs, V), axis=0))
+            last = tl.maximum(last, tl.max(tl.where(keep & (e > 0.0), offs, -1), axis=0))
+            run = tl.max(cum, axis=0)
+    return run, found, last
+
+
+@triton.jit
 def histogram_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_ptr,
-               cmax_ptr, hist_ptr, cmass_ptr, V, C, PENALTIES: tl.constexpr,
-               PER_PROGRAM: tl.constexpr, TILE: tl.constexpr, CP2: tl.constexpr, NB: tl.constexpr):
+                     topk_ptr, topp_ptr, minp_ptr, cmax_ptr, hist_ptr, cmass_ptr, ckept_ptr, V,
+                     C, PENALTIES: tl.constexpr, PER_PROGRAM: tl.constexpr, TILE: tl.constexpr,
+                     CP2: tl.constexpr, NB: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
-    if tl.load(temp_ptr + row) >= GREEDY:
+    if (tl.load(temp_ptr + row) >= GREEDY) & ~filtered(topk_ptr, topp_ptr, row, V):
+        min_p = tl.load(minp_ptr + row)
+        if min_p > 0.0:  # min-p alone: the chunk's kept mass, for the draw
+            pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
+            kept, _, _ = scan_chunk(l_ptr, l_stride, w_ptr, pen, row, c, V,
+                                    row_max(cmax_ptr, row, C, CP2), tl.load(invt_ptr + row),
+                                    float("-inf"), min_p, 0.0, float("inf"), PENALTIES,
+                                    PER_PROGRAM, TILE)
+            tl.store(ckept_ptr + row * C + c, kept)
+    if (tl.load(temp_ptr + row) >= GREEDY) & filtered(topk_ptr, topp_ptr, row, V):
         pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
         zmax = row_max(cmax_ptr, row, C, CP2)
         invt = tl.load(invt_ptr + row)
@@ -167,13 +228,13 @@ def cutoff_bin(hist_ptr, topk_ptr, row, V, C, CP2: tl.constexpr, NB: tl.constexp
 
 
 @triton.jit
-def gather_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, topk_ptr, cmax_ptr,
-            hist_ptr, bufz_ptr, bufi_ptr, cout_ptr, V, C, PENALTIES: tl.constexpr,
-            PER_PROGRAM: tl.constexpr, TILE: tl.constexpr, CP2: tl.constexpr, NB: tl.constexpr,
-            BUF: tl.constexpr):
+def gather_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, topk_ptr,
+                  topp_ptr, cmax_ptr, hist_ptr, bufz_ptr, cout_ptr, V, C,
+                  PENALTIES: tl.constexpr, PER_PROGRAM: tl.constexpr, TILE: tl.constexpr,
+                  CP2: tl.constexpr, NB: tl.constexpr, BUF: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
-    if tl.load(temp_ptr + row) >= GREEDY:
+    if (tl.load(temp_ptr + row) >= GREEDY) & filtered(topk_ptr, topp_ptr, row, V):
         pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
         bstar, per_chunk, _, _ = cutoff_bin(hist_ptr, topk_ptr, row, V, C, CP2, NB, BUF)
         fits = tl.sum(per_chunk, axis=0) <= BUF
@@ -188,7 +249,6 @@ def gather_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr,
             if fits:
                 pos = row * BUF + off + tl.cumsum(inb.to(tl.int32), axis=0) - 1
                 tl.store(bufz_ptr + pos, z, mask=inb)
-                tl.store(bufi_ptr + pos, offs, mask=inb)
             off += tl.sum(inb.to(tl.int32), axis=0)
             left_out = tl.maximum(left_out, tl.max(tl.where(mask & ~inb, z, float("-inf")),
                                                     axis=0))
@@ -212,27 +272,9 @@ def _above(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, t, PENALTIES: tl.con
 
 
 @triton.jit
-def _cumulate(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, t, min_p, target,
-              PENALTIES: tl.constexpr, TILE: tl.constexpr):
-    """Over the kept tokens in id order: (their mass, how many running sums are < target)."""
-    run = tl.full((), 0.0, tl.float32)
-    cnt = tl.full((), 0, tl.int32)
-    for start in range(0, V, TILE):
-        offs = start + tl.arange(0, TILE)
-        mask = offs < V
-        z = load_z(l_ptr, l_stride, w_ptr, pen, row, offs, mask, V, PENALTIES)
-        e = tl.exp((z - zmax) * invt)
-        keep = mask & (order_key(z) >= t) & (e >= min_p)
-        cum = tl.cumsum(tl.where(keep, e, 0.0), axis=0) + run
-        cnt += tl.sum((cum < target).to(tl.int32), axis=0)
-        run = tl.max(cum, axis=0)
-    return run, cnt
-
-
-@triton.jit
-def _solve_row(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, has_k, k, top_p, min_p, u,
-               total_all, PENALTIES: tl.constexpr, TILE: tl.constexpr):
-    """Exact passes over the whole row: (token, threshold)."""
+def _solve_row(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, has_k, k, top_p, total_all,
+               PENALTIES: tl.constexpr, TILE: tl.constexpr):
+    """The threshold by exact passes over the whole row: bisection on the order key of z."""
     hi0 = order_key(zmax).to(tl.int64)
     tk = tl.full((), KEY_NINF, tl.int64)
     total = total_all
@@ -262,22 +304,17 @@ def _solve_row(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, has_k, k, top_p,
             else:
                 lo = mid + 1
         t = lo
-    kept, _ = _cumulate(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, t, min_p, -1.0,
-                        PENALTIES, TILE)
-    _, token = _cumulate(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, t, min_p, u * kept,
-                         PENALTIES, TILE)
-    return token, from_key(t)
+    return from_key(t)
 
 
 @triton.jit
-def _solve_buffer(bufz_ptr, bufi_ptr, row, n, zmax, invt, has_k, k, top_p, min_p, u,
-                  total_all, left_out, BUF: tl.constexpr):
-    """The row's buffer (its n largest-gap-bin tokens, in id order): (token, threshold, True
-    if the kept set lies in the buffer, i.e. the result holds)."""
+def _solve_buffer(bufz_ptr, row, n, zmax, invt, has_k, k, top_p, total_all, left_out,
+                  BUF: tl.constexpr):
+    """The row's buffer (its n largest-gap-bin tokens, in id order): (threshold, True if it
+    is decided inside the buffer, i.e. the result holds)."""
     offs = tl.arange(0, BUF)
     valid = offs < n
     z = tl.load(bufz_ptr + row * BUF + offs, mask=valid, other=float("-inf"))
-    e = tl.where(valid, tl.exp((z - zmax) * invt), 0.0)
     sz = from_key(tl.sort(order_key(z), descending=True))  # values, descending
     se = tl.where(valid, tl.exp((sz - zmax) * invt), 0.0)
     tk = tl.where(has_k, tl.max(tl.where(offs == k - 1, sz, float("-inf")), axis=0),
@@ -289,67 +326,127 @@ def _solve_buffer(bufz_ptr, bufi_ptr, row, n, zmax, invt, has_k, k, top_p, min_p
     last = tl.sum(((c < top_p * total) & (offs < n_k - 1)).to(tl.int32), axis=0)
     tp = tl.where(top_p < 1.0, tl.max(tl.where(offs == last, sz, float("-inf")), axis=0),
                   float("-inf"))
-    tau = tl.maximum(tk, tp)
-    # tokens left out of the buffer are below all of it: the kept set lies inside if top-k
-    # stops above them, min-p drops them, or the top-p mass is reached inside
-    e_out = tl.exp((left_out - zmax) * invt)
-    inside = (has_k | (left_out == float("-inf")) | (e_out < min_p)
+    # tokens left out of the buffer are below all of it: the threshold lies inside if top-k
+    # stops above them or the top-p mass is reached inside
+    inside = (has_k | (left_out == float("-inf"))
               | ((top_p < 1.0) & (tl.max(c, axis=0) >= top_p * total)))
-    cum = tl.cumsum(tl.where(valid & (z >= tau) & (e >= min_p), e, 0.0), axis=0)
-    pos = tl.sum((cum < u * tl.max(cum, axis=0)).to(tl.int32), axis=0)
-    idx = tl.load(bufi_ptr + row * BUF + offs, mask=valid, other=-1)
-    return tl.max(tl.where(offs == pos, idx, -1), axis=0), tau, inside
+    return tl.maximum(tk, tp), inside
+
+
+@triton.jit
+def solve_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_ptr,
+                 topk_ptr, topp_ptr, cmax_ptr, cbad_ptr, hist_ptr, cmass_ptr, cout_ptr, bufz_ptr,
+                 tau_ptr, V, C, PENALTIES: tl.constexpr, TILE: tl.constexpr, CP2: tl.constexpr,
+                 NB: tl.constexpr, BUF: tl.constexpr):
+    """One program per row with a top-k or a top-p: its threshold into ``tau``."""
+    row = tl.program_id(0).to(tl.int64)
+    zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
+    if (tl.load(temp_ptr + row) >= GREEDY) & ~bad & filtered(topk_ptr, topp_ptr, row, V):
+        ch = tl.arange(0, CP2)
+        pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
+        invt = tl.load(invt_ptr + row)
+        top_p = tl.load(topp_ptr + row)
+        _, per_chunk, has_k, k = cutoff_bin(hist_ptr, topk_ptr, row, V, C, CP2, NB, BUF)
+        n = tl.sum(per_chunk, axis=0)
+        total_all = tl.sum(tl.load(cmass_ptr + row * C + ch, mask=ch < C, other=0.0), axis=0)
+        left_out = tl.max(tl.load(cout_ptr + row * C + ch, mask=ch < C, other=float("-inf")),
+                          axis=0)
+        tau = zmax
+        inside = zmax != zmax  # False (a tensor, as the branch below assigns)
+        if (n >= 1) & (n <= BUF):
+            tau, inside = _solve_buffer(bufz_ptr, row, n, zmax, invt, has_k, k, top_p, total_all,
+                                        left_out, BUF)
+        if not inside:
+            tau = _solve_row(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, has_k, k, top_p,
+                             total_all, PENALTIES, TILE)
+        tl.store(tau_ptr + row, tau)
+
+
+@triton.jit
+def row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2: tl.constexpr):
+    """(the row's maximum, True if it holds a NaN or +inf or nothing but -inf)."""
+    ch = tl.arange(0, CP2)
+    zmax = tl.max(tl.load(cmax_ptr + row * C + ch, mask=ch < C, other=float("-inf")), axis=0)
+    bad = ((tl.max(tl.load(cbad_ptr + row * C + ch, mask=ch < C, other=0), axis=0) > 0)
+           | (zmax == float("-inf")) | (zmax != zmax))
+    return zmax, bad
+
+
+@triton.jit
+def kept_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_ptr,
+                topk_ptr, topp_ptr, minp_ptr, cmax_ptr, cbad_ptr, tau_ptr, ckept_ptr, V, C,
+                PENALTIES: tl.constexpr, PER_PROGRAM: tl.constexpr, TILE: tl.constexpr,
+                CP2: tl.constexpr):
+    """Each chunk's kept mass for the rows with a threshold (z >= tau, e >= min_p)."""
+    row = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1)
+    zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
+    if (tl.load(temp_ptr + row) >= GREEDY) & ~bad & filtered(topk_ptr, topp_ptr, row, V):
+        pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
+        kept, _, _ = scan_chunk(l_ptr, l_stride, w_ptr, pen, row, c, V, zmax,
+                                tl.load(invt_ptr + row), tl.load(tau_ptr + row),
+                                tl.load(minp_ptr + row), 0.0, float("inf"), PENALTIES,
+                                PER_PROGRAM, TILE)
+        tl.store(ckept_ptr + row * C + c, kept)
 
 
 @triton.jit(do_not_specialize=["step"])
-def _solve(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_ptr, topk_ptr,
-           topp_ptr, minp_ptr, u_ptr, slot_ptr, cmax_ptr, carg_ptr, cbad_ptr, hist_ptr,
-           cmass_ptr, cout_ptr, bufz_ptr, bufi_ptr, out_ptr, tau_ptr, last_ptr, counts_ptr, V, C,
-           step, PENALTIES: tl.constexpr, SAMPLING: tl.constexpr,
-           TILE: tl.constexpr, CP2: tl.constexpr, NB: tl.constexpr, BUF: tl.constexpr):
+def pick_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_ptr,
+                topk_ptr, topp_ptr, minp_ptr, u_ptr, slot_ptr, cmax_ptr, carg_ptr, cbad_ptr,
+                cnorm_ptr, ckept_ptr, out_ptr, tau_ptr, last_ptr, counts_ptr, V, C, step,
+                PENALTIES: tl.constexpr, SAMPLING: tl.constexpr, PER_PROGRAM: tl.constexpr,
+                TILE: tl.constexpr, CP2: tl.constexpr):
+    """The draw and the step's bookkeeping. Every chunk program of a sampling row finds the
+    chunk where the running kept mass (chunks in order) reaches u * total; that chunk's
+    program finds the token in it. Greedy and non-finite rows: chunk 0 (the argmax)."""
     row = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1)
     ch = tl.arange(0, CP2)
     maxes = tl.load(cmax_ptr + row * C + ch, mask=ch < C, other=float("-inf"))
-    zmax = tl.max(maxes, axis=0)
-    first = tl.argmax(maxes, axis=0, tie_break_left=True)  # the first chunk holding the max
-    token = tl.load(carg_ptr + row * C + first)
-    bad = ((tl.max(tl.load(cbad_ptr + row * C + ch, mask=ch < C, other=0), axis=0) > 0)
-           | (zmax == float("-inf")) | (zmax != zmax))
+    zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
+    owner = c == 0
+    token = tl.load(carg_ptr + row * C + tl.argmax(maxes, axis=0, tie_break_left=True))
     tau = zmax
     if SAMPLING:  # noqa: SIM102 - a compile-time branch around a run-time one
         if (tl.load(temp_ptr + row) >= GREEDY) & ~bad:
-            pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
             invt = tl.load(invt_ptr + row)
-            top_p = tl.load(topp_ptr + row)
             min_p = tl.load(minp_ptr + row)
-            u = tl.load(u_ptr + row)
-            _, per_chunk, has_k, k = cutoff_bin(hist_ptr, topk_ptr, row, V, C, CP2, NB, BUF)
-            n = tl.sum(per_chunk, axis=0)
-            total_all = tl.sum(tl.load(cmass_ptr + row * C + ch, mask=ch < C, other=0.0), axis=0)
-            left_out = tl.max(tl.load(cout_ptr + row * C + ch, mask=ch < C,
-                                      other=float("-inf")), axis=0)
-            inside = zmax != zmax  # False (a tensor, as the branch below assigns)
-            if (n >= 1) & (n <= BUF):
-                token, tau, inside = _solve_buffer(bufz_ptr, bufi_ptr, row, n, zmax, invt, has_k,
-                                                   k, top_p, min_p, u, total_all, left_out, BUF)
-            if not inside:
-                token, tau = _solve_row(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, has_k,
-                                        k, top_p, min_p, u, total_all, PENALTIES, TILE)
-    token = tl.where(bad, 0, token).to(tl.int64)
-    tl.store(out_ptr + row, tl.where(bad, -1, token))
-    tl.store(tau_ptr + row, tau)
-    if step != 0:  # a run-time flag: one compiled kernel for a graph's warm-up and its body
-        slot = tl.load(slot_ptr + row)
-        tl.store(last_ptr + slot, token)
-        if PENALTIES:
-            tl.atomic_add(counts_ptr + slot * V + token, 1)
+            filt = filtered(topk_ptr, topp_ptr, row, V)
+            plain = ~filt & (min_p <= 0.0)
+            # plain rows: each chunk's mass against its own maximum, rescaled to the row's
+            norm = tl.load(cnorm_ptr + row * C + ch, mask=ch < C, other=0.0)
+            scaled = tl.where(maxes > float("-inf"), norm * tl.exp((maxes - zmax) * invt), 0.0)
+            kept = tl.load(ckept_ptr + row * C + ch, mask=(ch < C) & ~plain, other=0.0)
+            prefix = tl.cumsum(tl.where(plain, scaled, kept), axis=0)  # (CP2,)
+            target = tl.load(u_ptr + row) * tl.max(prefix, axis=0)
+            cstar = tl.minimum(tl.sum((prefix < target).to(tl.int32), axis=0), C - 1)
+            owner = c == cstar
+            if owner:
+                tau = tl.where(filt, tl.load(tau_ptr + row), float("-inf"))
+                run = tl.sum(tl.where(ch == cstar - 1, prefix, 0.0), axis=0)
+                pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
+                _, found, last = scan_chunk(l_ptr, l_stride, w_ptr, pen, row, c, V, zmax, invt,
+                                            tau, min_p, run, target, PENALTIES, PER_PROGRAM,
+                                            TILE)
+                # within rounding the chunk's own sum may stop short: its last kept token
+                token = tl.where(found < V, found, last).to(tl.int32)
+    if owner:
+        token = tl.where(bad, 0, token).to(tl.int64)
+        tl.store(out_ptr + row, tl.where(bad, -1, token))
+        tl.store(tau_ptr + row, tau)
+        if step != 0:  # a run-time flag: one compiled kernel for a graph's warm-up and its body
+            slot = tl.load(slot_ptr + row)
+            tl.store(last_ptr + slot, token)
+            if PENALTIES:
+                tl.atomic_add(counts_ptr + slot * V + token, 1)
 
 
 def _launch(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
             penalties: PenaltyState | None, out: torch.Tensor, last_token: torch.Tensor | None
             ) -> torch.Tensor:
-    """Run the four kernels; ``out`` (B,) int64 gets the tokens (-1: non-finite row); returns
-    the rows' thresholds (B,) float32 (the row maximum for greedy and bad rows)."""
+    """Run the kernels; ``out`` (B,) int64 gets the tokens (-1: non-finite row); returns the
+    rows' thresholds (B,) float32 (the row maximum for greedy and bad rows, -inf for rows
+    without top-k and top-p)."""
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
     b, v = logits.shape
@@ -360,28 +457,35 @@ def _launch(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
     w = torch.empty(b, v, dtype=torch.float32, device=dev) if pen else logits
     counts = penalties.counts if pen else out
     prompt = penalties.in_prompt.view(torch.uint8) if pen else out
-    cmax, cmass, cout = torch.empty(3, b, c, dtype=torch.float32, device=dev)
+    cmax, cnorm, cmass, ckept, cout = torch.empty(5, b, c, dtype=torch.float32, device=dev)
     carg, cbad = torch.empty(2, b, c, dtype=torch.int32, device=dev)
     tau = torch.empty(b, dtype=torch.float32, device=dev)
     inv_t = p.inv_t()
-    grid, kw = (b, c), dict(PENALTIES=pen, PER_PROGRAM=TOKENS_PER_PROGRAM, TILE=TILE)
-    pens = (p.repetition, p.presence, p.frequency)
-    stats_kernel[grid](logits, logits.stride(0), w, counts, prompt, p.slot, *pens, cmax, carg, cbad,
-                 v, c, **kw, num_warps=4, enable_fp_fusion=False)
     sampling = not mode.all_greedy
-    hist = torch.empty(b, c, NB, dtype=torch.int32, device=dev) if sampling else carg
-    bufz = torch.empty(b, BUF, dtype=torch.float32, device=dev) if sampling else cmax
-    bufi = torch.empty(b, BUF, dtype=torch.int32, device=dev) if sampling else carg
+    grid = (b, c)
+    kw = dict(PENALTIES=pen, PER_PROGRAM=TOKENS_PER_PROGRAM, TILE=TILE, num_warps=4,
+              enable_fp_fusion=False)
+    row = (logits, logits.stride(0), w, p.repetition, p.presence, p.frequency, p.temperature,
+           inv_t)
+    stats_kernel[grid](logits, logits.stride(0), w, counts, prompt, p.slot, p.repetition,
+                       p.presence, p.frequency, p.temperature, inv_t, cmax, carg, cbad, cnorm, v,
+                       c, SAMPLING=sampling, **kw)
     if sampling:
-        histogram_kernel[grid](logits, logits.stride(0), w, *pens, p.temperature, inv_t, cmax, hist,
-                         cmass, v, c, **kw, CP2=cp2, NB=NB, num_warps=4)
-        gather_kernel[grid](logits, logits.stride(0), w, *pens, p.temperature, p.top_k, cmax, hist,
-                      bufz, bufi, cout, v, c, **kw, CP2=cp2, NB=NB, BUF=BUF, num_warps=4)
+        hist = torch.empty(b, c, NB, dtype=torch.int32, device=dev)
+        bufz = torch.empty(b, BUF, dtype=torch.float32, device=dev)
+        histogram_kernel[grid](*row, p.top_k, p.top_p, p.min_p, cmax, hist, cmass, ckept, v, c,
+                               CP2=cp2, NB=NB, **kw)
+        gather_kernel[grid](*row[:7], p.top_k, p.top_p, cmax, hist, bufz, cout, v, c, CP2=cp2,
+                            NB=NB, BUF=BUF, **kw)
+        solve_kernel[(b,)](*row, p.top_k, p.top_p, cmax, cbad, hist, cmass, cout, bufz, tau, v,
+                           c, PENALTIES=pen, TILE=TILE, CP2=cp2, NB=NB, BUF=BUF, num_warps=8,
+                           enable_fp_fusion=False)
+        kept_kernel[grid](*row, p.top_k, p.top_p, p.min_p, cmax, cbad, tau, ckept, v, c, CP2=cp2,
+                          **kw)
     step = last_token is not None
-    _solve[(b,)](logits, logits.stride(0), w, *pens, p.temperature, inv_t, p.top_k, p.top_p,
-                 p.min_p, p.uniform, p.slot, cmax, carg, cbad, hist, cmass, cout, bufz, bufi,
-                 out, tau, last_token if step else out, counts, v, c, int(step), PENALTIES=pen,
-                 SAMPLING=sampling, TILE=TILE, CP2=cp2, NB=NB, BUF=BUF, num_warps=8)
+    pick_kernel[grid](*row, p.top_k, p.top_p, p.min_p, p.uniform, p.slot, cmax, carg, cbad,
+                      cnorm, ckept, out, tau, last_token if step else out, counts, v, c,
+                      int(step), SAMPLING=sampling, CP2=cp2, **kw)
     return tau
 
 
