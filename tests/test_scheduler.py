@@ -228,7 +228,7 @@ def test_a_long_prompt_is_split_across_steps_while_a_running_row_decodes():
         assert [s for s, _ in plan.decode] == [short]  # one token of the budget each step
         (chunk,) = plan.prefill
         spans.append((chunk.start, chunk.tokens, chunk.final))
-        assert plan.sampled == ([short, long] if chunk.final else [short])
+        assert plan.sampled == ([long, short] if chunk.final else [short])
         short.output = [0] * short.launched  # the host keeps up (no lag)
     assert spans == [(0, 7, False), (7, 7, False), (14, 6, True)]
     assert long.num_computed == 20 and long.launched == 1 and len(long.blocks) == 5

@@ -46,18 +46,15 @@ class SchedulePlan:
     preempt: tuple[Sequence, ...] = ()  # newest first
 
     @property
-    def empty(self) -> bool:
-        return not (self.decode or self.prefill or self.preempt)
-
-    @property
     def tokens(self) -> int:
         """Tokens the step computes: one per decode row, plus the chunks'."""
         return len(self.decode) + sum(c.tokens for c in self.prefill)
 
     @property
     def sampled(self) -> list[Sequence]:
-        """Rows that sample a token: decode rows, then the sequences of final chunks."""
-        return [s for s, _ in self.decode] + [c.seq for c in self.prefill if c.final]
+        """Rows that sample a token, in the order the engine streams them: the sequences of
+        final chunks, then the decode rows."""
+        return [c.seq for c in self.prefill if c.final] + [s for s, _ in self.decode]
 
     @property
     def blocks_allocated(self) -> int:
