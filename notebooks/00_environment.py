@@ -34,7 +34,8 @@ from IPython.display import Markdown, display
 from decodelab import plots
 from decodelab.core.device import collect_info
 from decodelab.core.results import has_table, load_table, to_frame, write_table
-from decodelab.env.calibrate import calibrate
+from decodelab.env.calibrate import calibrate, spread_warning
+from decodelab.env.ceilings import MEASURE, lacking_read_ceiling
 from decodelab.env.notebook import NotebookParams
 from decodelab.plots import show_table
 from decodelab.plots.environment import ceilings_figure, ceilings_markdown
@@ -68,6 +69,22 @@ else:
                                "value": "median", "q1": "first quartile",
                                "q3": "third quartile", "unit": "unit", "detail": "what is timed"},
                        formats={"unit": lambda u: "µs" if u == "us" else str(u)}))
+    lacking = lacking_read_ceiling(table)
+    if lacking:
+        display(Markdown(
+            "**No read ceiling** in " + ", ".join(plots.origin_label(o) for o in lacking)
+            + " (calibrated before it was measured): the floors of read-dominated work there "
+            "fall back to the copy bandwidth, which counts a read and a write of every byte, so "
+            "a read-only kernel can beat them; every such floor says so. Measure it on the GPU "
+            f"with `{MEASURE.format(device='<device>')}` (e.g. `h200`)."))
+    local = table[table["origin"] == "local"]
+    spread = spread_warning(local) if not local.empty else []
+    if spread:
+        display(Markdown(
+            "**Spread warning** (this machine): " + "; ".join(spread) + ". Other processes "
+            "share this machine's cores and memory, so its ceilings move with their load "
+            "(on a busy 2-core host, a few-fold from one run to the next): read this "
+            "machine's figures as one sample, not as its ceiling."))
 
 # %% [markdown]
 # One comparison: every ceiling on one logarithmic axis, this machine's bar beside each shipped
@@ -86,10 +103,13 @@ if not table.empty:
 # - **Launch cost** (`launch_host`, `launch_wall`; on a CPU `op_dispatch_overhead`) is what an
 #   eager decode step pays per kernel on the host. A step of a few dozen tiny kernels costs that
 #   many launches, whatever the arithmetic: phase 1 measures when this dominates.
-# - **Copy bandwidth** (`d2d_copy_bandwidth`, bytes read + written) bounds a memory-bound decode
-#   step from below: a step that must read W bytes of weights and KV cache cannot beat
-#   W / bandwidth. Notebook `04_model` reports the real-shaped model's decode as a percentage of
-#   this roofline.
+# - **Read ceiling** (`read_bandwidth`, on a CPU `memory_read_bandwidth`: a sum over the same
+#   bytes, bytes read per second) bounds a memory-bound decode step from below: a step that must
+#   read W bytes of weights and KV cache cannot beat W / read ceiling. Notebook `04_model` reports
+#   the real-shaped model's decode as a percentage of this roofline.
+# - **Copy bandwidth** (`d2d_copy_bandwidth`, bytes read + written) moves every byte twice over
+#   the same memory, so a read-only stream can beat it: it stands in for the read ceiling only
+#   where none was measured (the floors then say so).
 # - **Matmul rate** (`matmul_bf16`, `matmul_fp32`) bounds compute-heavy work (large batches,
 #   prefill).
 

@@ -18,7 +18,11 @@
 # A real decoder step is different: every step must read every weight of the model (and the
 # K/V cache of every sequence) from device memory, so the step cannot be shorter than
 #
-#     T_floor = bytes that must move / measured copy bandwidth     (the roofline)
+#     T_floor = bytes that must move / measured read ceiling     (the roofline)
+#
+# (the read ceiling: a reduction's bytes read per second, notebook 00; the copy bandwidth,
+# which counts a read and a write of every byte, stands in where no read ceiling was measured,
+# and then a read-only kernel can beat the floor)
 #
 # `decodelab.model` is a Llama-family decoder (grouped-query attention, Llama-3 rotary
 # scaling, tied embedding) over a paged KV cache (`block_table: [seq, logical_block] ->
@@ -46,7 +50,7 @@ context = 512  # tokens of context the prose reads the step at
 from IPython.display import Markdown, display
 
 from decodelab import plots
-from decodelab.model import analysis
+from decodelab.model import analysis, floors
 from decodelab.model import notebook as nb
 from decodelab.model.notebook import NotebookParams
 from decodelab.plots import model as figs
@@ -66,7 +70,9 @@ plots.use_style()
 # %%
 written = nb.run_local_bench(params)
 tables = nb.load_tables()
-pm = tables.get("paged_model")
+# floors at each origin's read ceiling, or its run's copy bandwidth standing in (said below)
+pm = (floors.with_ceiling(tables["paged_model"], tables.get("environment"))
+      if "paged_model" in tables else None)
 display(Markdown(f"Local run: profile `{params.profile}`, "
                  + (f"wrote {', '.join(f'`{p.name}`' for p in written)}." if written
                     else "skipped.")))
@@ -79,8 +85,10 @@ if pm is None:
 #
 # Left: ms per decode step (every sequence gets one new token) against batch, graph (teal) and
 # eager (wine), one line style per context; the grey line of the same style is the memory floor,
-# the bytes the step must move (weights, `batch` embedding rows, the K/V attended) at the copy
-# bandwidth measured in the same run. Right: the floor as a share of the measured step, the
+# the bytes the step must move (weights, `batch` embedding rows, the K/V attended) at the read
+# ceiling (a decode step's bytes are reads; where no read ceiling was measured, the copy
+# bandwidth of the same run stands in, which a read-only kernel can beat: the line under the
+# table says which). Right: the floor as a share of the measured step, the
 # **% of roofline**. Eager pays the host's dispatch on top of the graph's step. As batch and
 # context grow, the K/V read grows with them while the weights are read once; the prose below
 # says, from the rows, how far above its floor each step sits.
@@ -89,7 +97,8 @@ if pm is None:
 if pm is not None:
     view = analysis.step_view(pm)
     plots.save(figs.step_vs_batch(view), "model_step_vs_batch")
-    display(Markdown(nb.step_prose(pm, params.batch, params.context)))
+    display(Markdown(nb.step_prose(pm, params.batch, params.context) + "\n\n"
+                     + "\n".join(f"- {line}." for line in floors.ceiling_lines(pm))))
     display(show_table(view, {
         "origin": "source", "mode": "mode", "batch": "batch", "context": "context",
         "ms_per_step": "step (ms)", "floor_ms": "memory floor (ms)",
@@ -169,7 +178,7 @@ if pm is not None:
 # against Triton "skinny" tiles that read each weight once for all rows). The small kernels
 # (norms, rotary, merges) move kilobytes and are bound by their latency: no rate is claimed
 # for them. Last, each batch-1 matmul against its floor, the time its weight needs at the
-# copy bandwidth: what the matmuls' starts, tails and slower streaming add to the step.
+# ceiling: what the matmuls' starts, tails and slower streaming add to the step.
 
 # %%
 kernels = tables.get("paged_model_kernels")
@@ -180,7 +189,8 @@ if kernels is not None and pm is not None:
     display(show_table(profile, {
         "origin": "source", "name": "kernel", "role": "role", "calls_per_step": "calls per step",
         "us_per_step": "µs per step", "share": "share of the step",
-        "bytes_per_step": "bytes per step", "tb_s": "TB/s", "of_copy": "of copy bandwidth"}))
+        "bytes_per_step": "bytes per step", "tb_s": "TB/s", "of_ceiling": "of the ceiling",
+        "ceiling": "ceiling"}))
 else:
     display(Markdown("No kernel profile stored (it is measured on a GPU only)."))
 linear = tables.get("paged_model_linear")
@@ -192,13 +202,13 @@ if linear is not None:
         caption="Each batch-1 matmul shape: the fastest candidate, which the model uses."))
     if pm is not None:
         headroom = analysis.matmul_headroom(linear, pm)
-        display(Markdown(nb.headroom_prose(headroom)))
+        display(Markdown(nb.headroom_prose(headroom, profile if kernels is not None else None)))
         display(show_table(headroom, {
             "origin": "source", "weight": "weight", "n": "n (out)", "k": "k (in)",
             "calls_per_step": "calls per step", "candidate": "kernel", "us": "µs per call",
             "floor_us": "floor per call (µs)", "above_us": "above the floor, per step (µs)"},
-            caption="Each batch-1 matmul against its weight's floor (bytes at the measured "
-                    "copy bandwidth)."))
+            caption="Each batch-1 matmul against its weight's floor (bytes at the ceiling "
+                    "named above)."))
 gemm = tables.get("paged_model_gemm")
 if gemm is not None:
     display(show_table(analysis.linear_choices(gemm), {
@@ -225,7 +235,8 @@ if pm is not None:
             "origin": "source", "batch": "batch", "context_short": "context from",
             "context_long": "context to", "extra_kv_bytes": "extra K/V bytes",
             "extra_ms": "extra device time (ms)", "kv_tb_s": "K/V read (TB/s)",
-            "of_copy": "of copy bandwidth", "kv_share_long": "K/V share of bytes, long"}))
+            "of_ceiling": "of the ceiling", "ceiling": "ceiling",
+            "kv_share_long": "K/V share of bytes, long"}))
     display(Markdown(nb.attention_prose(marginal)))
 if "paged_attention" in tables:
     display(show_table(tables["paged_attention"], {

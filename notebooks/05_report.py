@@ -40,6 +40,7 @@ from IPython.display import Markdown, display
 from decodelab import notebooks, plots
 from decodelab.analysis import compute_view as cv
 from decodelab.analysis import notebook as nb
+from decodelab.analysis.compute_floor import ceiling_note, copy_stands_in
 from decodelab.analysis.compute_split import split_compute
 from decodelab.analysis.decompose import regime_markdown
 from decodelab.analysis.findings import conclusions, findings
@@ -121,8 +122,8 @@ if splits:
         f"Computed from {origin_name}." + (" Not split: " + "; ".join(split_notes) + "."
                                            if split_notes else ""))))
 serial_us = serial_transformer_us(tables, params.headline)
-display(Markdown(cv.toy_lines(splits) + "\n\n"
-                 + cv.transformer_verdict(splits, regimes, serial_us)))
+display(Markdown(ceiling_note(tables) + "\n\n" + cv.toy_lines(splits) + "\n\n"
+                 + cv.transformer_verdict(splits, regimes, serial_us, copy_stands_in(tables))))
 
 # %% [markdown]
 # ## How each term is measured

@@ -28,7 +28,8 @@ def test_collect_info_on_this_machine():
 def test_cpu_calibrations_are_positive_and_named():
     rows = calibrate(CalibrationConfig("smoke"))
     names = {r.quantity for r in rows}
-    assert names == {"op_dispatch_overhead", "memory_copy_bandwidth", "matmul_fp32"}
+    assert names == {"op_dispatch_overhead", "memory_copy_bandwidth", "memory_read_bandwidth",
+                     "matmul_fp32"}
     for r in rows:
         assert r.value > 0 and r.q1 <= r.value <= r.q3 and r.n >= 1
     assert ceiling(rows, "matmul_fp32") == next(r.value for r in rows if r.quantity == "matmul_fp32")
@@ -53,8 +54,10 @@ def test_cuda_event_timer_measures_device_time():
 @pytest.mark.gpu
 def test_gpu_calibrations_are_plausible():
     rows = {r.quantity: r for r in calibrate(CalibrationConfig("smoke"))}
-    assert set(rows) == {"launch_host", "launch_wall", "d2d_copy_bandwidth", "h2d_bandwidth",
-                         "d2h_bandwidth", "matmul_bf16", "matmul_fp32"}
+    assert set(rows) == {"launch_host", "launch_wall", "d2d_copy_bandwidth", "read_bandwidth",
+                         "h2d_bandwidth", "d2h_bandwidth", "matmul_bf16", "matmul_fp32"}
     assert 0.1 < rows["launch_host"].value < 200  # microseconds
     assert rows["d2d_copy_bandwidth"].value > 50  # GB/s, any real GPU
+    # a read-only stream runs at least about as fast as a copy of the same bytes
+    assert rows["read_bandwidth"].value > 0.5 * rows["d2d_copy_bandwidth"].value
     assert rows["matmul_bf16"].value > rows["matmul_fp32"].value * 0.5

@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from decodelab.model import analysis
+from decodelab.model import analysis, floors
 from decodelab.model import notebook as nb
 from decodelab.model.config import named_config
 
@@ -94,7 +94,7 @@ def test_kernel_bytes_match_the_weights_the_model_holds():
     assert gemv["bytes_per_step"] == (layer_mm - o + head + gemv_rows) * elt  # batch 1: in + out
     assert cublas["bytes_per_step"] == (o + cfg.num_layers * (d + q)) * elt
     assert gemv["tb_s"] == pytest.approx(gemv["bytes_per_step"] / 300e-6 / 1e12)
-    assert gemv["of_copy"] == pytest.approx(gemv["tb_s"] * 1e3 / COPY_GB_S)
+    assert gemv["of_ceiling"] == pytest.approx(gemv["tb_s"] * 1e3 / COPY_GB_S)
     attn = profile.loc["attention"]
     assert attn["bytes_per_step"] == 64 * cfg.kv_bytes_per_token(elt)
     assert math.isnan(profile.loc["norm + residual", "bytes_per_step"])
@@ -123,7 +123,7 @@ def test_attention_marginal_rate_and_capture_cost():
     assert m.loc[1, "extra_kv_bytes"] == pytest.approx(0.4 * GB)
     assert m.loc[1, "kv_tb_s"] == pytest.approx(0.4 * GB / 4e-3 / 1e12)  # 4 ms of device time
     assert m.loc[8, "kv_tb_s"] == pytest.approx(0.8 * GB / 19e-3 / 1e12)
-    assert m.loc[8, "of_copy"] == pytest.approx(m.loc[8, "kv_tb_s"] * 1e3 / COPY_GB_S)
+    assert m.loc[8, "of_ceiling"] == pytest.approx(m.loc[8, "kv_tb_s"] * 1e3 / COPY_GB_S)
     assert m.loc[8, "kv_share_long"] == pytest.approx(0.8 / 2.8)
     cap = analysis.capture_cost(_pm()).iloc[0]
     assert (cap["capture_s"], cap["graph_mem_mib"], cap["buckets"]) == (2.5, 64.0, "1, 8")
@@ -273,3 +273,35 @@ def test_gemm_choices_are_per_shape_and_row_count():
     assert choices.loc[8, "candidate"] == "skinny_16x256w4s4"
     assert choices.loc[8, "vs_cublas"] == pytest.approx(2.0)
     assert choices.loc[32, "candidate"] == "cublas" and choices.loc[32, "vs_cublas"] == 1.0
+
+
+def test_floors_at_the_read_ceiling_where_measured_else_the_copy_with_its_caveat():
+    pm = _pm().assign(device="h200")
+    copy = floors.with_ceiling(pm, None)
+    assert (copy["floor_gb_s"] == COPY_GB_S).all() and set(copy["ceiling"]) == {"copy bandwidth"}
+    line = " ".join(floors.ceiling_lines(copy))
+    assert "no read ceiling measured for reference/h200" in line and "can beat it" in line
+    env = pd.DataFrame([{"origin": "reference/h200", "quantity": "read_bandwidth",
+                         "value": 2 * COPY_GB_S, "unit": "GB/s", "backend": "cuda"}])
+    read = floors.with_ceiling(pm, env)
+    assert set(read["ceiling"]) == {"read ceiling"} and not read["ceiling_caveat"].any()
+    view = analysis.step_view(read).set_index(["mode", "batch", "context"])
+    assert view.loc[("graph", 1, 64), "floor_ms"] == pytest.approx(5.0)  # 1 GB at 200 GB/s
+    assert view.loc[("graph", 1, 64), "roofline_fraction"] == pytest.approx(5.0 / 20.0)
+    assert "at the read ceiling (200 GB/s)" in nb.step_prose(read, 1, 64)
+    profile = analysis.kernel_profile(_kernels(), _linear(), read)
+    assert set(profile["ceiling"]) == {"read ceiling"}
+
+
+def test_the_plan_and_the_profile_are_two_measurements_of_the_matmuls():
+    """The headroom prose quotes the plan's batch-1 matmul time and the profiled step's, and
+    says what each includes (they differ by the kernels' starts, launched without PDL)."""
+    pm = _pm()
+    headroom = analysis.matmul_headroom(_linear(), pm)
+    profile = analysis.kernel_profile(_kernels(), _linear(), pm)
+    text = nb.headroom_prose(headroom, profile)
+    took = (headroom["calls_per_step"] * headroom["us"]).sum()
+    in_step = profile[profile["role"].str.startswith("matmul")]["us_per_step"].sum()
+    assert f"take {took:,.0f} µs per step" in text and f"take {in_step:,.0f} µs" in text
+    assert "without PDL" in text and "plan's timings" in text
+    assert "plan's timings" not in nb.headroom_prose(headroom)

@@ -207,7 +207,7 @@ def test_tensor_parallelism_is_compared_with_tp1_of_its_own_run():
     assert us == pytest.approx(2000.0) and src.endswith("tp=1]") and origin == synthetic.TP_ORIGIN
     assert "a speed-up of 1.33x" in tp_speedup_line(tables, tp, Headline())  # 2.0 ms / 1.5 ms
     moves = "\n".join(report_nb.transitions(regimes, tables))
-    assert "against 2,000 µs at TP=1 in the same run" in moves
+    assert "TP=1 of the same run and code path takes 2,000 µs" in moves
     assert "on one GPU" not in moves
     stamped = Tables(tables.frames, synthetic.ORIGIN, stamps={
         ("paged_model", synthetic.ORIGIN): ("newer1", "2026-02-01T00:00"),
@@ -226,4 +226,4 @@ def test_tensor_parallelism_is_compared_with_tp1_of_its_own_run():
     assert tp_speedup_line(alone, regimes[-1], Headline()) == ""
     assert one_gpu_note(alone, Headline()) == ""
     found = {f.number: f.text for f in findings(tables, decompose(tables)[0])}
-    assert "at TP=1 in the same run" in found["27% of the step"]
+    assert "TP=1 of the same run" in found["27% of the step"]

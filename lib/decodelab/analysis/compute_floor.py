@@ -1,9 +1,12 @@
 """The physical floor of a decode step and the measured costs the compute split rests on.
 
-The floor is the time no implementation on the measured device can beat:
-``max(bytes the step must move / copy bandwidth, FLOPs / matmul rate)``, both rates measured
-(phase 0's ``environment`` table, or the copy bandwidth the paged-model run measured itself).
-Kernels of a profile are classed by name through the paged model's kernel roles
+The floor is ``max(bytes the step must move / read ceiling, FLOPs / matmul rate)``, both rates
+measured (phase 0's ``environment`` table). A decode step's bytes are reads (weights, K/V), so
+their ceiling is the read ceiling (:func:`decodelab.env.ceilings.read_ceiling`): at it, no kernel
+can beat the floor. Where an origin has no read ceiling yet, the copy bandwidth (the
+environment's, or the one the paged-model run measured itself) stands in: it counts a read and
+a write of every byte, a read-only kernel can beat it, and every floor derived from it says
+so. Kernels of a profile are classed by name through the paged model's kernel roles
 (:data:`decodelab.model.analysis.ROLES`); a name no pattern matches is "other".
 """
 
@@ -12,9 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from decodelab.analysis.layers import Headline, MissingData, Tables, fmt_us, selector_of
+from decodelab.analysis.layers import Headline, MissingData, Tables, fmt_si, fmt_us, selector_of
 from decodelab.analysis.regimes import graph
 from decodelab.core.validate import ConfigError
+from decodelab.env.ceilings import Ceiling, read_ceiling
 from decodelab.model.analysis import role_of
 from decodelab.replay.fit import fit_nodes
 from decodelab.toy.step import named
@@ -22,7 +26,6 @@ from decodelab.toy.step import named
 NAN = math.nan
 # Phase 0's matmul rate for a step's dtype (environment.quantity, TFLOP/s).
 MATMUL_QUANTITY = {"float32": "matmul_fp32", "bfloat16": "matmul_bf16"}
-COPY_QUANTITY = "d2d_copy_bandwidth"  # GB/s, bytes read + written
 OTHER = "other"  # norms, rotary, copies, embedding gathers, and any kernel not matched
 
 
@@ -39,17 +42,25 @@ def us_at(nbytes: float, gb_s: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Floor:
-    """max(bytes / copy bandwidth, FLOPs / matmul rate) of one step; ``tflop_s`` NaN where no
+    """max(bytes / bandwidth, FLOPs / matmul rate) of one step, the bandwidth the read ceiling
+    (or the copy bandwidth standing in, ``ceiling`` says which); ``tflop_s`` NaN where no
     matmul rate was measured (the bytes bound alone then)."""
 
     nbytes: float
+    ceiling: Ceiling
     flops: float
-    gb_s: float
     tflop_s: float
-    copy_source: str  # the row of the copy bandwidth
     rate_source: str  # the row of the matmul rate, or why there is none
     bytes_how: str  # the formula of the bytes
     flops_how: str
+
+    @property
+    def gb_s(self) -> float:
+        return self.ceiling.gb_s
+
+    @property
+    def copy_source(self) -> str:  # the row of the bandwidth
+        return self.ceiling.source
 
     @property
     def source(self) -> str:
@@ -70,13 +81,55 @@ class Floor:
 
     @property
     def how(self) -> str:
-        flop_part = (f"{self.flops:,.0f} FLOP / {self.tflop_s:,.4g} TFLOP/s = "
+        flop_part = (f"{fmt_si(self.flops, 'FLOP')} / {self.tflop_s:,.4g} TFLOP/s = "
                      f"{fmt_us(self.flops_us)} µs" if math.isfinite(self.flops_us)
                      else f"no FLOPs bound ({self.rate_source})")
         bound = "bytes" if self.us == self.bytes_us else "FLOPs"
-        return (f"max(bytes / copy bandwidth, FLOPs / matmul rate), {bound}-bound: "
-                f"{self.nbytes:,.0f} B / {self.gb_s:,.4g} GB/s = {fmt_us(self.bytes_us)} µs; "
-                f"{flop_part}. Bytes = {self.bytes_how}; FLOPs = {self.flops_how}")
+        caveat = f" ({self.ceiling.caveat})" if self.ceiling.caveat else ""
+        return (f"max(bytes / {self.ceiling.name}, FLOPs / matmul rate), {bound}-bound: "
+                f"{fmt_si(self.nbytes, 'B')} / {self.gb_s:,.4g} GB/s = {fmt_us(self.bytes_us)} "
+                f"µs{caveat}; {flop_part}. Bytes = {self.bytes_how}; FLOPs = {self.flops_how}")
+
+
+def ceiling_of(tables: Tables, origin: str | None = None, copy_gb_s: float = NAN,
+               copy_source: str = "", backend: str = "cuda") -> Ceiling:
+    """The read ceiling of ``origin`` (default: the tables' own) from its environment table, or
+    the copy bandwidth standing in (``copy_gb_s`` where a run measured its own), with the
+    caveat; MissingData where neither is known."""
+    try:
+        environment = tables.frame("environment")
+    except MissingData:
+        environment = None
+    found = read_ceiling(environment, origin or tables.origin or "", backend, copy_gb_s,
+                         copy_source)
+    if not found.gb_s > 0:
+        raise MissingData(f"no read ceiling or copy bandwidth for {origin or tables.origin} "
+                          "(no data yet for table `environment` or the run's own copy)")
+    return found
+
+
+def ceiling_note(tables: Tables) -> str:
+    """Which bandwidth the floors of this origin use, in a sentence for the report; where the
+    copy bandwidth stands in for a read ceiling, the caveat and the command that measures it."""
+    try:
+        c = ceiling_of(tables)
+    except MissingData as exc:
+        return f"No floor: {exc}."
+    if not c.caveat:
+        return (f"The floors use the read ceiling, {c.gb_s:,.0f} GB/s (`{c.source}`): the decode "
+                "step's bytes are reads, and no kernel reads faster than that.")
+    return (f"**Every floor here is at the copy bandwidth** ({c.gb_s:,.0f} GB/s, `{c.source}`; "
+            "the transformer's at its own run's copy): "
+            f"{c.caveat}. A kernel that only reads (a gemv over its weights, attention over the "
+            "K/V) can therefore run under its floor, as chapter 04a shows where one does.")
+
+
+def copy_stands_in(tables: Tables) -> bool:
+    """Whether this origin's floors use the copy bandwidth for want of a read ceiling."""
+    try:
+        return not ceiling_of(tables).read_measured
+    except MissingData:
+        return False
 
 
 def environment_rate(tables: Tables, quantity: str) -> tuple[float, str]:
@@ -101,14 +154,15 @@ def matmul_rate(tables: Tables, dtype: str) -> tuple[float, str]:
 
 def toy_floor(tables: Tables, config: str) -> Floor:
     """The floor of one toy step: its weights read once, the embedding rows it gathers and its
-    state read and written, at phase 0's copy bandwidth; its FLOPs at phase 0's matmul rate."""
+    state read and written, at phase 0's read ceiling (or its copy bandwidth standing in); its
+    FLOPs at phase 0's matmul rate."""
     cfg = named(config)
     h, n_layers, b, v = cfg.hidden, cfg.layers, cfg.batch, cfg.vocab
     elem = cfg.torch_dtype.itemsize
     nbytes = elem * (n_layers * (h * h + h) + h * v + 3 * b * h)
-    gb_s, copy_src = environment_rate(tables, COPY_QUANTITY)
+    ceiling = ceiling_of(tables)
     tflop_s, rate_src = matmul_rate(tables, cfg.dtype)
-    return Floor(nbytes, cfg.flops_per_step, gb_s, tflop_s, copy_src, rate_src,
+    return Floor(nbytes, ceiling, cfg.flops_per_step, tflop_s, rate_src,
                  f"{elem} B x (L(H² + H) weights and biases + HV output projection + BH "
                  f"embedding rows + 2BH state in and out), L={n_layers}, H={h}, V={v}, B={b}",
                  f"2BH(HL + V) (the layers and the output projection), {config}")

@@ -39,6 +39,7 @@ import pandas as pd
 from decodelab.analysis.compute_floor import (
     OTHER,
     Floor,
+    ceiling_of,
     kernel_class,
     matmul_rate,
     toy_floor,
@@ -190,12 +191,16 @@ def _transformer(tables: Tables, regime: Regime, h: Headline, compute: Term) -> 
                           ["bytes_per_step", "copy_gb_s"])
     config, nbytes = _model_config(row, src), _dtype_bytes(row, src)
     kv = b * ctx * config.kv_bytes_per_token(nbytes)
-    total, gb_s = float(row["bytes_per_step"]), float(row["copy_gb_s"])
+    total = float(row["bytes_per_step"])
+    ceiling = ceiling_of(tables, copy_gb_s=float(row["copy_gb_s"]),
+                         copy_source=f"{src} (copy bandwidth measured in the same run)",
+                         backend=str(row.get("device", "cuda")))
+    gb_s = ceiling.gb_s
     tflop_s, rate_src = matmul_rate(tables, str(row.get("dtype", "bfloat16")))
-    floor = Floor(total, 2 * config.num_parameters() * b, gb_s, tflop_s, src, rate_src,
+    floor = Floor(total, ceiling, 2 * config.num_parameters() * b, tflop_s, rate_src,
                   f"bytes_per_step (the weights read once + the K/V attended, {b} x {ctx} x "
-                  f"{config.kv_bytes_per_token(nbytes):,} B per token); copy bandwidth "
-                  "measured in the same run", f"2 x parameters ({config.num_parameters():,}, "
+                  f"{config.kv_bytes_per_token(nbytes):,} B per token)",
+                  f"2 x parameters ({config.num_parameters() / 1e9:.4g} billion, "
                   f"{config.name}) x batch {b}")
     sums, ksrc = _kernel_sums(tables, b, ctx)
     weight_us, kv_us = us_at(total - kv, gb_s), us_at(kv, gb_s)
@@ -208,14 +213,14 @@ def _transformer(tables: Tables, regime: Regime, h: Headline, compute: Term) -> 
     return (
         _floor_term(floor),
         _term(MATMUL_ABOVE, matmul, f"{ksrc}; {src}",
-              f"matmul kernels {fmt_us(sums['matmul'])} µs - their weights' bytes at the "
-              f"bandwidth {fmt_us(weight_us)} µs"),
+              f"matmul kernels {fmt_us(sums['matmul'])} µs - their weights' bytes at "
+              f"{ceiling.words} {fmt_us(weight_us)} µs"),
         _term(SMALL, small, ksrc,
               f"every other kernel's whole time, {fmt_us(sums[OTHER])} µs (norms, rotary, "
               "copies, embedding and kernels no pattern matches: a few KB each, a floor of ~0)"),
         _term(ATTENTION_ABOVE, attention, f"{ksrc}; {src}",
               f"attention kernels {fmt_us(sums['attention'])} µs - the K/V bytes at the "
-              f"bandwidth {fmt_us(kv_us)} µs"),
+              f"{ceiling.name} {fmt_us(kv_us)} µs"),
         _term(rest, compute.us - floor.us - matmul - small - attention,
               f"{compute.source}; {ksrc}",
               f"compute - the four (remainder) = compute - summed kernel time "
@@ -244,10 +249,13 @@ def _tensor_parallel(tables: Tables, regime: Regime, h: Headline, compute: Term)
     tflop_s, rate_src = matmul_rate(tables, str(row.get("dtype", "bfloat16")))
     if math.isfinite(tflop_s):
         rate_src += " (the same GPU model)"
-    floor = Floor(float(row["bytes_per_rank"]), 2 * config.num_parameters() * h.model_batch / n,
-                  float(row["copy_gb_s"]), tflop_s, src, rate_src,
-                  f"bytes_per_rank (the weights and K/V each of the {n} ranks reads); copy "
-                  "bandwidth measured in the same run", f"2 x parameters x batch / {n}")
+    ceiling = ceiling_of(tables, str(row.get("origin", tables.origin)),
+                         float(row["copy_gb_s"]),
+                         f"{src} (copy bandwidth measured in the same run)")
+    floor = Floor(float(row["bytes_per_rank"]), ceiling,
+                  2 * config.num_parameters() * h.model_batch / n, tflop_s, rate_src,
+                  f"bytes_per_rank (the weights and K/V each of the {n} ranks reads)",
+                  f"2 x parameters x batch / {n}")
     return (_floor_term(floor),
             _term(NOT_FURTHER, compute.us - floor.us, compute.source,
                   "compute - floor (remainder): matmuls above their floor, the small kernels, "

@@ -189,6 +189,17 @@ def fmt_us(us: float) -> str:
     return f"{us:,.0f}" if abs(us) >= 100 else f"{us:.3g}"
 
 
+def fmt_si(value: float, unit: str) -> str:
+    """A count in SI units, four significant digits: 2,488,410,112 B -> "2.488 GB",
+    65,536 FLOP -> "65.54 kFLOP" (raw digit strings are for tables of record, not prose)."""
+    if not math.isfinite(value):
+        return "n/a"
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.4g} {prefix}{unit}"
+    return f"{value:.4g} {unit}"
+
+
 def selector_of(table: str, origin: str | None, where: Mapping[str, object]) -> str:
     parts = ([f"origin={origin}"] if origin else []) + [f"{k}={v}" for k, v in where.items()]
     return f"{table}[{', '.join(parts)}]"

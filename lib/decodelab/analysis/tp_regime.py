@@ -102,8 +102,8 @@ def tp_speedup_line(tables: Tables, regime: Regime, h: Headline) -> str:
     except MissingData:
         return ""
     n = regime.config.rsplit("TP=", 1)[-1]
-    return (f"TP={n}'s {fmt_us(regime.step_us)} µs step against {fmt_us(tp1)} µs at TP=1 in the "
-            f"same run and code path, a speed-up of {tp1 / regime.step_us:.2f}x (`{src}`)")
+    return (f"TP=1 of the same run and code path takes {fmt_us(tp1)} µs (`{src}`), so TP={n} "
+            f"is a speed-up of {tp1 / regime.step_us:.2f}x")
 
 
 def one_gpu_note(tables: Tables, h: Headline) -> str:

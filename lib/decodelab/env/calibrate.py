@@ -1,8 +1,17 @@
 """The ceilings every figure is compared to (phase 0).
 
 ``calibrate()`` measures: on a GPU, host launch latency of a tiny kernel, device-to-device copy
-bandwidth (bytes read + written), host<->device bandwidth, bf16 and fp32 matmul rate; on a CPU,
-per-op dispatch overhead, memory copy bandwidth and fp32 matmul rate.
+bandwidth (bytes read + written), the read ceiling (a reduction over the same bytes: bytes read
+per second, what a read-dominated kernel such as a decode step's weight and K/V reads can
+reach), host<->device bandwidth, bf16 and fp32 matmul rate; on a CPU, per-op dispatch overhead,
+memory copy bandwidth, memory read bandwidth and fp32 matmul rate.
+
+A copy moves every byte twice (a read and a write) over the same memory, so a read-only stream
+can beat the copy rate: floors of read-dominated work use the read ceiling
+(:mod:`decodelab.env.ceilings` picks it, and says so where only the copy rate was measured).
+
+On a shared machine the CPU figures move with the load of other processes (a few-fold on a
+busy 2-core host): :func:`spread_warning` flags a calibration whose quartiles lie far apart.
 """
 
 from __future__ import annotations
@@ -93,6 +102,15 @@ def _copy_rate(n_bytes: int, device: str, cfg: TimingConfig) -> tuple[Timing, in
     return t, 2 * n * 4  # bytes read + bytes written
 
 
+def _read_rate(n_bytes: int, device: str, cfg: TimingConfig) -> tuple[Timing, int]:
+    """A reduction over ``n_bytes`` of fp32: it reads every byte once and writes one number."""
+    src = torch.rand(n_bytes // 4, device=device)
+    out = torch.empty((), device=device)
+    fn = lambda: torch.sum(src, dim=0, out=out)  # noqa: E731
+    t = time_cuda(fn, cfg) if device == "cuda" else time_host(fn, cfg)
+    return t, src.numel() * 4
+
+
 def _matmul_timing(n: int, dtype: torch.dtype, device: str, cfg: TimingConfig) -> Timing:
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
@@ -112,6 +130,9 @@ def calibrate(cfg: CalibrationConfig = CalibrationConfig()) -> list[Calibration]
         copy, nbytes = _copy_rate(cfg.copy_mib << 20, "cpu", t)
         rows.append(_row("memory_copy_bandwidth", "GB/s", copy.wall, lambda s: nbytes / s / 1e9,
                          "cpu", f"fp32 copy of {cfg.copy_mib} MiB, bytes read + written"))
+        read, nread = _read_rate(cfg.copy_mib << 20, "cpu", t)
+        rows.append(_row("memory_read_bandwidth", "GB/s", read.wall, lambda s: nread / s / 1e9,
+                         "cpu", f"sum over {cfg.copy_mib} MiB of fp32, bytes read"))
         n = cfg.matmul_n
         mm = _matmul_timing(n, torch.float32, "cpu", t)
         rows.append(_row("matmul_fp32", "TFLOP/s", mm.wall, lambda s: 2 * n**3 / s / 1e12, "cpu",
@@ -126,6 +147,9 @@ def calibrate(cfg: CalibrationConfig = CalibrationConfig()) -> list[Calibration]
     copy, nbytes = _copy_rate(cfg.copy_mib << 20, "cuda", t)
     rows.append(_row("d2d_copy_bandwidth", "GB/s", copy.device, lambda s: nbytes / s / 1e9,
                      "cuda", f"device copy of {cfg.copy_mib} MiB, bytes read + written"))
+    read, nread = _read_rate(cfg.copy_mib << 20, "cuda", t)
+    rows.append(_row("read_bandwidth", "GB/s", read.device, lambda s: nread / s / 1e9, "cuda",
+                     f"sum over {cfg.copy_mib} MiB of fp32 in device memory, bytes read"))
     for direction in ("h2d", "d2h"):
         rows.append(_host_copy_row(direction, cfg))
     n = cfg.matmul_n
@@ -165,3 +189,19 @@ def ceiling(rows, quantity: str) -> float:
     if match.empty:
         raise KeyError(f"no calibration {quantity!r}; have {sorted(frame['quantity'].unique())}")
     return float(match["value"].iloc[-1])
+
+
+SPREAD_LIMIT = 1.5  # third / first quartile beyond which a calibration is flagged
+
+
+def spread_warning(rows) -> list[str]:
+    """One line per calibration whose third quartile is more than :data:`SPREAD_LIMIT` times its
+    first (rows from :func:`calibrate` or a loaded table): the machine's load moved it."""
+    import pandas as pd
+
+    from decodelab.core.results import to_frame
+
+    frame = rows if isinstance(rows, pd.DataFrame) else to_frame(rows)
+    wide = frame[(frame["q1"] > 0) & (frame["q3"] > SPREAD_LIMIT * frame["q1"])]
+    return [f"{r.quantity}: its quartiles span {r.q3 / r.q1:.1f}x ({r.q1:.3g} to {r.q3:.3g} "
+            f"{r.unit})" for r in wide.itertuples()]

@@ -5,7 +5,10 @@ attention's bandwidth at long context and the graph capture cost.
 Pandas only (no torch): every function takes tables as ``load_table`` returns them (an
 ``origin`` column labels the shipped reference and this machine's runs) and computes; nothing
 here holds a measured number. Bytes that a kernel must move are derived from the model's shapes
-(:class:`decodelab.model.config.ModelConfig`), never typed.
+(:class:`decodelab.model.config.ModelConfig`), never typed. The floors are those bytes at the
+read ceiling of the origin's ``environment`` table (:mod:`decodelab.model.floors`; a decode
+step's bytes are reads), or at the run's own copy bandwidth where no read ceiling was
+measured, which a read-only kernel can beat (its ``ceiling`` column says which).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import re
 
 import pandas as pd
 
+from decodelab.model.floors import ceiling_gb_s, floor_ms
 from decodelab.model.modes import COMPILED, OURS, PEERS, SERIAL
 from decodelab.model.pdl_policy import for_rows
 
@@ -39,14 +43,9 @@ def _with_origin(df: pd.DataFrame) -> pd.DataFrame:
     return df if "origin" in df else df.assign(origin="local")
 
 
-def floor_ms(row: pd.Series | pd.DataFrame):
-    """The HBM floor of a step: bytes it must move / measured copy bandwidth, in ms."""
-    return row["bytes_per_step"] / (row["copy_gb_s"] * 1e9) * 1e3
-
-
 def step_view(pm: pd.DataFrame) -> pd.DataFrame:
     """Our eager and graph rows with the step split against the roofline: ``floor_ms`` (bytes /
-    copy bandwidth) and ``above_floor_ms`` (the measured step minus that floor)."""
+    the ceiling, :func:`floor_ms`) and ``above_floor_ms`` (the measured step minus that floor)."""
     pm = _with_origin(pm)
     ours = pm[pm["mode"].isin(OURS)].copy()
     ours["floor_ms"] = floor_ms(ours)
@@ -122,7 +121,7 @@ def kernel_profile(kernels: pd.DataFrame, linear: pd.DataFrame | None, pm: pd.Da
                    ) -> pd.DataFrame:
     """Table ``paged_model_kernels`` with each kernel's role and, where the model's shapes say
     what it must read, the bytes per step, the rate it reached (TB/s) and that rate as a share
-    of the measured copy bandwidth. Matmul bytes count only when the kernel's calls per step
+    of the ceiling (``of_ceiling``, :func:`ceiling_gb_s`). Matmul bytes count only when the kernel's calls per step
     equal those of the shapes assigned to it (else ``note`` says why they are left out);
     attention reads the batch's K and V at the profiled context."""
     from decodelab.model.config import NAMED_CONFIGS
@@ -132,18 +131,19 @@ def kernel_profile(kernels: pd.DataFrame, linear: pd.DataFrame | None, pm: pd.Da
         runs = _with_origin(pm)
         runs = runs[runs["origin"] == origin]
         model, dtype = runs["model"].iloc[0], runs["dtype"].iloc[0]
-        copy = float(runs["copy_gb_s"].median())
+        copy = float(ceiling_gb_s(runs).median())
         config, nbytes = NAMED_CONFIGS.get(model), DTYPE_BYTES.get(dtype)
         ks = ks.assign(role=ks["kernel"].map(role_of), name=ks["kernel"].map(short_name),
                        bytes_per_step=math.nan, note="")
         if config is not None and nbytes is not None:
             ks = _assign_bytes(ks, config, nbytes, linear, origin)
         ks["tb_s"] = ks["bytes_per_step"] / (ks["us_per_step"] * 1e-6) / 1e12
-        ks["of_copy"] = ks["tb_s"] * 1e3 / copy
+        ks["of_ceiling"] = ks["tb_s"] * 1e3 / copy
+        ks["ceiling"] = str(runs["ceiling"].iloc[0]) if "ceiling" in runs else "copy bandwidth"
         ks["model"] = model
         out.append(ks)
     cols = ["origin", "model", "batch", "context", "name", "role", "calls_per_step",
-            "us_per_step", "share", "bytes_per_step", "tb_s", "of_copy", "note"]
+            "us_per_step", "share", "bytes_per_step", "tb_s", "of_ceiling", "ceiling", "note"]
     return pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
 
 
@@ -186,9 +186,10 @@ def linear_choices(linear: pd.DataFrame) -> pd.DataFrame:
 def matmul_headroom(linear: pd.DataFrame, pm: pd.DataFrame) -> pd.DataFrame:
     """Per origin and batch-1 matmul weight (qkv, o, gate_up, down, lm_head): the chosen
     kernel's µs per call as the matmul plan timed it (back to back inside a CUDA graph), the
-    µs its weight needs at the measured copy bandwidth (``floor_us``), and ``above_us`` = calls
-    per step x (time - floor): what each matmul's start, tail and slower streaming add to the
-    step. Negative where a read-only kernel outruns the copy, which also writes."""
+    µs its weight needs at the ceiling (``floor_us``, :func:`ceiling_gb_s`), and ``above_us`` =
+    calls per step x (time - floor): what each matmul's start, tail and slower streaming add to
+    the step. Negative only where the copy bandwidth stands in for a read ceiling: a read-only
+    kernel can outrun the copy, which also writes."""
     from decodelab.model.config import NAMED_CONFIGS
 
     out, runs = [], _with_origin(pm)
@@ -198,19 +199,20 @@ def matmul_headroom(linear: pd.DataFrame, pm: pd.DataFrame) -> pd.DataFrame:
             continue
         rows = linear_shapes(config).merge(lin, on=["n", "k", "swiglu"])
         nbytes = DTYPE_BYTES.get(run["dtype"].iloc[0], math.nan)
-        rows["floor_us"] = rows["n"] * rows["k"] * nbytes / (run["copy_gb_s"].median() * 1e3)
+        rows["floor_us"] = rows["n"] * rows["k"] * nbytes / (ceiling_gb_s(run).median() * 1e3)
         rows["above_us"] = rows["calls_per_step"] * (rows["us"] - rows["floor_us"])
+        rows["ceiling"] = str(run["ceiling"].iloc[0]) if "ceiling" in run else "copy bandwidth"
         out.append(rows)
     cols = ["origin", "weight", "n", "k", "calls_per_step", "candidate", "us", "floor_us",
-            "above_us"]
+            "above_us", "ceiling"]
     return pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
 
 
 def attention_marginal(pm: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
     """Attention's bandwidth read off the step itself: between the shortest and the longest
     measured context at one batch, the weights read are the same, so the extra time is the
-    extra K/V read. ``kv_tb_s`` = extra bytes / extra device time; ``of_copy`` its share of
-    the copy bandwidth; ``kv_share_long`` the K/V share of the step's bytes at the long
+    extra K/V read. ``kv_tb_s`` = extra bytes / extra device time; ``of_ceiling`` its share of
+    the ceiling (:func:`ceiling_gb_s`); ``kv_share_long`` the K/V share of the step's bytes at the long
     context."""
     pm = _with_origin(pm)
     rows = []
@@ -227,7 +229,8 @@ def attention_marginal(pm: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
         rows.append(dict(origin=origin, model=model, mode=mode, batch=int(batch),
                          context_short=int(lo["context"]), context_long=int(hi["context"]),
                          extra_kv_bytes=extra_bytes, extra_ms=extra_ms, kv_tb_s=tb_s,
-                         of_copy=tb_s * 1e3 / float(hi["copy_gb_s"]),
+                         of_ceiling=tb_s * 1e3 / float(ceiling_gb_s(hi)),
+                         ceiling=str(hi.get("ceiling") or "copy bandwidth"),
                          kv_share_long=extra_bytes / float(hi["bytes_per_step"])))
     return pd.DataFrame(rows)
 
@@ -248,7 +251,8 @@ def _paired(pm: pd.DataFrame, other: str, cols: list[str]) -> pd.DataFrame:
     pm = _with_origin(pm)
     pm = pm.assign(**{c: math.nan for c in cols if c not in pm})  # tables of older layouts
     keys = ["origin", "model", "batch", "context"]
-    ours = pm[pm["mode"] == "graph"][[*keys, "ms_per_step", "copy_gb_s", "bytes_per_step"]]
+    gb = ["floor_gb_s"] if "floor_gb_s" in pm else []
+    ours = pm[pm["mode"] == "graph"][[*keys, "ms_per_step", "copy_gb_s", *gb, "bytes_per_step"]]
     peer = pm[pm["mode"] == other][[*keys, *cols]].rename(
         columns={"ms_per_step": f"{other}_ms"})
     return ours.merge(peer, on=keys).sort_values(keys).reset_index(drop=True)
@@ -266,7 +270,7 @@ def boundary_effect(pm: pd.DataFrame) -> pd.DataFrame:
     floor = floor_ms(out)
     out["roofline_before"] = floor / out[f"{SERIAL}_ms"]
     out["roofline_after"] = floor / out["ms_per_step"]
-    return out.drop(columns=["copy_gb_s", "bytes_per_step"])
+    return out.drop(columns=["copy_gb_s", "floor_gb_s", "bytes_per_step"], errors="ignore")
 
 
 def vs_compiled(pm: pd.DataFrame) -> pd.DataFrame:
@@ -274,7 +278,7 @@ def vs_compiled(pm: pd.DataFrame) -> pd.DataFrame:
     its step / ours; ``compile_s`` is its one-time compilation."""
     out = _paired(pm, COMPILED, ["ms_per_step", "compile_s"])
     out["speedup"] = out[f"{COMPILED}_ms"] / out["ms_per_step"]
-    return out.drop(columns=["copy_gb_s", "bytes_per_step"])
+    return out.drop(columns=["copy_gb_s", "floor_gb_s", "bytes_per_step"], errors="ignore")
 
 
 def point(pm: pd.DataFrame, origin: str, mode: str, batch: int, context: int) -> pd.Series | None:

@@ -11,12 +11,12 @@ import pandas as pd
 
 from decodelab.core.params import NotebookParams as BaseParams
 from decodelab.core.params import param
-from decodelab.model import analysis
+from decodelab.model import analysis, floors
 from decodelab.model.modes import COMPILED, OURS, SERIAL
 from decodelab.model.pdl_policy import MAX_ROWS as PDL_MAX_ROWS
 
 TABLES = ("paged_model", "paged_model_kernels", "paged_model_linear", "paged_model_gemm",
-          "paged_attention")
+          "paged_attention", "environment")  # environment: the read ceiling of the floors
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +67,9 @@ def step_prose(pm: pd.DataFrame, batch: int, context: int) -> str:
         text = (f"- **{_label(origin)}**, `{fast['model']}` ({fast['dtype']}), batch {b}, "
                 f"context {c}{moved}: the {fast['mode']} step takes {fast['ms_per_step']:.3g} ms "
                 f"({fast['tokens_per_s']:,.0f} tokens/s), **{fast['roofline_fraction']:.0%} of "
-                f"the roofline**: its {fast['bytes_per_step'] / 1e9:.3g} GB at the measured "
-                f"copy bandwidth ({fast['copy_gb_s']:,.0f} GB/s) need {floor:.3g} ms.")
+                f"the roofline**: its {fast['bytes_per_step'] / 1e9:.3g} GB at the "
+                f"{fast.get('ceiling') or 'copy bandwidth'} "
+                f"({float(floors.ceiling_gb_s(fast)):,.0f} GB/s) need {floor:.3g} ms.")
         if graph is not None and eager is not None:
             text += (f" Eager takes {eager['ms_per_step']:.3g} ms, "
                      f"{eager['ms_per_step'] / graph['ms_per_step']:.1f}x the graph: the "
@@ -202,15 +203,16 @@ def kernel_prose(profile: pd.DataFrame) -> str:
                  "device time per step."]
         if not mm.empty:
             rate = mm["bytes_per_step"].sum() / (mm["us_per_step"].sum() * 1e-6) / 1e12
-            copy = (mm["tb_s"] / mm["of_copy"]).dropna()
-            share = f" = {rate / copy.iloc[0]:.0%} of the copy bandwidth" if len(copy) else ""
+            copy = (mm["tb_s"] / mm["of_ceiling"]).dropna()
+            share = (f" = {rate / copy.iloc[0]:.0%} of the {mm['ceiling'].iloc[0]}" if len(copy)
+                     else "")
             parts.append(f"The matmuls take {mm['us_per_step'].sum() / total:.0%} of it and "
                          f"read the weights at {rate:.2f} TB/s{share}.")
         if not attn.empty:
-            slow = attn["of_copy"].iloc[0] < 0.25
+            slow = attn["of_ceiling"].iloc[0] < 0.25
             parts.append(f"Attention takes {attn['us_per_step'].sum() / total:.0%} and reads "
                          f"its K/V at {attn['tb_s'].iloc[0]:.2f} TB/s "
-                         f"({attn['of_copy'].iloc[0]:.0%} of the copy bandwidth)"
+                         f"({attn['of_ceiling'].iloc[0]:.0%} of the {attn['ceiling'].iloc[0]})"
                          + (": at this context it is bound by latency, not bytes." if slow
                             else "."))
         noted = sel[sel["note"] != ""]
@@ -219,9 +221,11 @@ def kernel_prose(profile: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def headroom_prose(headroom: pd.DataFrame) -> str:
+def headroom_prose(headroom: pd.DataFrame, profile: pd.DataFrame | None = None) -> str:
     """Per origin: the batch-1 matmuls' time per step against their weights' floor, the
-    weights that hold most of the difference, and the range of the difference per call."""
+    weights that hold most of the difference, and the range of the difference per call; with
+    the kernel profile (:func:`analysis.kernel_profile`), the same matmuls' time inside one
+    profiled step beside the plan's, and why the two differ."""
     lines = []
     for origin, sel in headroom.groupby("origin", sort=False):
         took = (sel["calls_per_step"] * sel["us"]).sum()
@@ -233,17 +237,37 @@ def headroom_prose(headroom: pd.DataFrame) -> str:
         lines.append(
             f"- {_label(origin)}: as the matmul plan timed them (back to back inside a graph), "
             f"the batch-1 matmuls take {took:,.0f} µs per step where their weights need "
-            f"{floor:,.0f} µs at the copy bandwidth: **{took - floor:,.0f} µs above the "
-            "floor**, most of it in "
+            f"{floor:,.0f} µs at the {sel['ceiling'].iloc[0]}: **{took - floor:,.0f} µs above "
+            "the floor**, most of it in "
             + " and ".join(f"`{r['weight']}` ({r['above_us']:,.0f} µs over "
                            f"{r['calls_per_step']:g} calls)" for _, r in top.iterrows())
             + f". Per call, a layer's matmuls sit {per_call.min():.2f} to {per_call.max():.2f} "
             "µs above their floor"
-            + "".join(f"; `{r['weight']}` runs {-r['above_us']:,.0f} µs under it (a read-only "
-                      "kernel can outrun the copy, which also writes)"
+            + "".join(f"; `{r['weight']}` runs {-r['above_us']:,.0f} µs under it (the copy "
+                      "bandwidth stands in for a read ceiling here: a read-only kernel can "
+                      "outrun the copy, which also writes every byte it reads)"
                       for _, r in faster.iterrows())
-            + ".")
+            + "." + _plan_vs_profile(took, origin, profile))
     return "\n".join(lines)
+
+
+def _plan_vs_profile(took: float, origin: str, profile: pd.DataFrame | None) -> str:
+    """The plan's matmul time beside the same matmuls' time in the profiled step: two
+    measurements of one quantity, and what each includes."""
+    if profile is None or profile.empty:
+        return ""
+    mm = profile[(profile["origin"] == origin) & profile["role"].str.startswith("matmul")]
+    if mm.empty or int(mm["batch"].iloc[0]) != 1:
+        return ""
+    in_step = float(mm["us_per_step"].sum())
+    return (f" These are the plan's timings: each shape alone, back to back inside a graph, "
+            "with programmatic dependent launch where the step uses it, cycling weight copies "
+            f"larger than the L2 cache. In the profiled step (the kernel table above) the same "
+            f"matmuls take {in_step:,.0f} µs, {in_step - took:,.0f} µs more: that step is "
+            "launched without PDL, so each kernel starts only after the one before has "
+            "drained and fetches its first weight tile from nothing, and the profile counts "
+            "that start in the kernel's time. What PDL takes off the whole step is measured "
+            "in the kernel-boundary section.")
 
 
 def attention_prose(marginal: pd.DataFrame) -> str:
@@ -254,12 +278,16 @@ def attention_prose(marginal: pd.DataFrame) -> str:
         lo, hi = sel.iloc[0], sel.iloc[-1]
         lines.append(
             f"- {_label(origin)}: from context {lo['context_short']} to {lo['context_long']}, "
-            f"the extra K/V is read at {lo['kv_tb_s']:.2f} TB/s ({lo['of_copy']:.0%} of the "
-            f"copy bandwidth) at batch {lo['batch']} and {hi['kv_tb_s']:.2f} TB/s "
-            f"({hi['of_copy']:.0%}) at batch {hi['batch']}, where K/V is "
+            f"the extra K/V is read at {lo['kv_tb_s']:.2f} TB/s ({lo['of_ceiling']:.0%} of the "
+            f"{lo['ceiling']}) at batch {lo['batch']} and {hi['kv_tb_s']:.2f} TB/s "
+            f"({hi['of_ceiling']:.0%}) at batch {hi['batch']}, where K/V is "
             f"{hi['kv_share_long']:.0%} of the step's bytes"
             + (": at long context and large batch attention, not the weights, sets the step."
-               if hi["kv_share_long"] > 0.5 else "."))
+               if hi["kv_share_long"] > 0.5 else ".")
+            + (" Above 100% of the copy bandwidth: a read-only stream can run faster than a "
+               "copy, which moves every byte twice; no read ceiling was measured for this "
+               "origin yet." if sel["of_ceiling"].max() > 1 and hi["ceiling"] != "read ceiling"
+               else ""))
     return "\n".join(lines) or "Only one context measured: no long-context comparison."
 
 

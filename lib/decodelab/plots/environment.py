@@ -17,6 +17,8 @@ CEILINGS: dict[str, str] = {
     "launch_wall": "tiny kernels back to back, wall",
     "d2d_copy_bandwidth": "memory copy (read + write)",
     "memory_copy_bandwidth": "memory copy (read + write)",
+    "read_bandwidth": "memory read (read only)",
+    "memory_read_bandwidth": "memory read (read only)",
     "h2d_bandwidth": "host → device copy",
     "d2h_bandwidth": "device → host copy",
     "matmul_bf16": "matmul, bf16",

@@ -103,10 +103,10 @@ def kernel_profile(profile: pd.DataFrame) -> plt.Figure:
                                            f"{batch}, context {context}")
         known = sel["tb_s"].notna().to_numpy()
         ax_bw.barh(y[known], sel["tb_s"][known], color=quantity_color("compute"))
-        copy = (sel["tb_s"] / sel["of_copy"]).dropna()
+        copy = (sel["tb_s"] / sel["of_ceiling"]).dropna()
         if not copy.empty:
             ax_bw.axvline(copy.iloc[0], color=quantity_color("memory floor"), ls="--",
-                          label=f"copy bandwidth {copy.iloc[0]:.2f} TB/s")
+                          label=f"{sel['ceiling'].iloc[0]} {copy.iloc[0]:.2f} TB/s")
             ax_bw.legend(fontsize=8, loc="lower right")
         ax_bw.set_yticks(y, [""] * len(y))
         ax_bw.set_ylim(ax.get_ylim())
@@ -118,16 +118,17 @@ def kernel_profile(profile: pd.DataFrame) -> plt.Figure:
 
 def attention_bandwidth(marginal: pd.DataFrame) -> plt.Figure:
     """The K/V read rate attention reached at long context (extra bytes / extra time between
-    the shortest and longest context), per batch, against the copy bandwidth."""
+    the shortest and longest context), per batch, against the ceiling of the floors (the read
+    ceiling, or the copy bandwidth standing in)."""
     fig, ax = plt.subplots(figsize=(7, 3.8))
     for origin in _origins(marginal):
         sel = marginal[marginal["origin"] == origin].sort_values("batch")
         ax.plot(sel["batch"], sel["kv_tb_s"], marker="o", color=quantity_color("compute"),
                 label=f"{origin_label(origin)}: K/V read rate")
-        copy = (sel["kv_tb_s"] / sel["of_copy"]).dropna()
+        copy = (sel["kv_tb_s"] / sel["of_ceiling"]).dropna()
         if not copy.empty:
             ax.axhline(copy.iloc[0], color=quantity_color("memory floor"), ls="--",
-                       label=f"{origin_label(origin)}: copy bandwidth")
+                       label=f"{origin_label(origin)}: {sel['ceiling'].iloc[0]}")
     _batch_axis(ax, marginal["batch"])
     ax.set(yscale="log", xlabel="batch (sequences decoding)", ylabel="TB/s",
            title="Attention at long context: extra K/V bytes / extra step time")
