@@ -111,7 +111,9 @@ if pm is not None:
 # The peer is `LlamaForCausalLM.generate` (greedy) on the same weights, with its default
 # dynamic cache and with its static cache (its compilation left off: compiling alone would take
 # longer than the whole bench), timed decode-only: (time of N new tokens − time of one) /
-# (N − 1). Both run at their best in the same process as ours.
+# (N − 1). Both run at their best in the same process as ours. It is the peer a user of
+# `transformers` gets by default, not the strongest one: that is `torch.compile` over a static
+# cache, in the next section, and the report's summary leads with it.
 
 # %%
 if pm is not None:

@@ -136,7 +136,7 @@ def test_findings_carry_numbers_and_sources_and_shrink_with_the_data():
     frame = findings_frame(found).set_index("number")
     assert frame.loc["3.0x", "source"].startswith("dispatch[")
     assert frame.loc["50% of roofline", "source"].startswith("paged_model[")
-    assert frame.loc["10.0x", "finding"].startswith("Against transformers")  # 500 vs 50 tok/s
+    assert frame.loc["10.0x", "finding"].startswith("No compiled peer")  # 500 vs 50 tok/s
     assert frame.loc["27% of the step", "source"].startswith("tp[origin=reference/h200x2")
     only = Tables({"dispatch": synthetic.tables()["dispatch"]}, synthetic.ORIGIN)
     assert [f.number for f in findings(only, decompose(only)[0])] == ["3.0x"]
@@ -227,3 +227,23 @@ def test_tensor_parallelism_is_compared_with_tp1_of_its_own_run():
     assert one_gpu_note(alone, Headline()) == ""
     found = {f.number: f.text for f in findings(tables, decompose(tables)[0])}
     assert "TP=1 of the same run" in found["27% of the step"]
+
+
+def test_the_peer_finding_leads_with_the_strongest_peer():
+    """With compile_static timed, the finding's number is ours against it (the strongest peer),
+    its range over every point both were timed, and transformers' uncompiled generate after."""
+    frames = synthetic.tables()
+    pm = frames["paged_model"]
+    graph = pm[(pm["mode"] == "graph") & (pm["batch"] == 1) & (pm["context"] == 512)]
+    peer = graph.assign(mode="compile_static", ms_per_step=3.0, compile_s=60.0)
+    far = pm[(pm["mode"] == "graph") & (pm["batch"] == 32)].assign(
+        mode="compile_static", ms_per_step=3.0, compile_s=90.0)
+    frames["paged_model"] = pd.concat([pm, peer, far], ignore_index=True)
+    tables = _tables(frames)
+    found = {f.number: f for f in findings(tables, decompose(tables)[0])}
+    lead = found["1.50x vs compile_static"]  # 3.0 ms against our 2.0 ms at batch 1
+    assert lead.text.startswith("Against the strongest peer measured")
+    assert "; 1.20-1.50x at the 2 points both were timed)" in lead.text  # 3.0 / 2.5 at B=32
+    assert "against transformers' generate without compilation" in lead.text
+    assert lead.text.index("compile_static") < lead.text.index("transformers")
+    assert "mode=compile_static" in lead.source
