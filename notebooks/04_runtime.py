@@ -114,7 +114,9 @@ if "runtime_steps" in tables:
     fig = figs.step_breakdown(tables["runtime_steps"])
     plots.save(fig, "runtime_step_breakdown")
     display(show_table(nb.step_medians(tables["runtime_steps"]),
-                       caption="Median µs per step of each phase."))
+                       caption="Median µs per step of each phase; the sync wait (the host "
+                               "blocked on the device) is part of emit and shown apart, so "
+                               "the columns add up to the wall."))
 
 # %% [markdown]
 # ## Host overhead against batch size

@@ -174,7 +174,7 @@ if "tp" in tables:
 
 # %%
 if "tp_profile" in tables:
-    display(Markdown(nb.profile_prose(tables["tp_profile"])))
+    display(Markdown(nb.profile_prose(tables["tp_profile"], tables.get("tp"))))
     display(show_table(analysis.collective_ops(tables["tp_profile"])))
 
 # %% [markdown]

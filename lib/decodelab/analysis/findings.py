@@ -7,6 +7,7 @@ the summary shrinks with the data instead of failing or inventing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -59,12 +60,29 @@ def replay_cost(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Findi
                    f"{fit['t_replay_us']:.2f} µs", f"fit of {src}")
 
 
+def persistent_vs_graph(tables: Tables, p: Regime, g: Regime, h: Headline) -> tuple[float, str]:
+    """The persistent kernel's speed-up over the single-step graph, and which graph: the replay
+    timed beside it in the same run (phase 3's table, the ratio chapter 03 shows: one
+    computation, :func:`decodelab.persistent.analysis.seed_comparison`), else phase 1's
+    graph step (another run)."""
+    from decodelab.persistent.analysis import seed_comparison
+
+    try:
+        cmp = seed_comparison(tables.frame("persistent"))
+        ratio = float(cmp[cmp["config"] == h.toy_config]["x_graph_k1"].iloc[0])
+    except (MissingData, KeyError, IndexError, ValueError):
+        ratio = float("nan")
+    if ratio == ratio:
+        return ratio, "the single-step graph replay timed beside it in the same run"
+    return g.step_us / p.step_us, "the single-step graph of phase 1 (another run)"
+
+
 def persistent_rate(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
     p, g = _needed(regimes, "persistent kernel", "graph")
+    ratio, which = persistent_vs_graph(tables, p, g, h)
     return Finding(f"The persistent kernel ({p.config}) runs {1e6 / p.step_us:,.0f} steps/s, "
-                   f"{g.step_us / p.step_us:.1f}x the single-step graph: replay and kernel "
-                   f"boundaries gone, {p.dominant.layer} is "
-                   f"{p.dominant.us / p.step_us:.0%} of its step.",
+                   f"{ratio:.1f}x {which}: replay and kernel boundaries gone, "
+                   f"{p.dominant.layer} is {p.dominant.us / p.step_us:.0%} of its step.",
                    f"{1e6 / p.step_us:,.0f} steps/s", p.source)
 
 
@@ -197,7 +215,29 @@ def orchestration(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Fin
     orch = _term(rt, "orchestration")
     return Finding(f"The serving loop ({rt.config}) adds {fmt_us(orch)} µs of orchestration "
                    "(schedule, prepare, sample, update, emit) on top of the graph-captured "
-                   "forward pass.", f"{orch / rt.step_us:.0%} of the step", rt.source)
+                   "forward pass, on the wall clock" + host_work_line(tables, h, orch) + ".",
+                   f"{orch / rt.step_us:.0%} of the step", rt.source)
+
+
+def host_work_line(tables: Tables, h: Headline, exposed: float) -> str:
+    """The engine's host work outside the forward (its per-step breakdown: chapter 04b's
+    "host outside forward") beside the orchestration the wall clock shows: two measurements,
+    the second what the first leaves exposed."""
+    try:
+        row, src = tables.one("runtime", {"variant": "engine", "batch": h.runtime_batch},
+                              ["orchestration_us"])
+    except MissingData:
+        return ""
+    host = float(row["orchestration_us"])
+    if math.isnan(host):
+        return ""
+    hidden = host - exposed
+    return (f"; the host work behind it is {fmt_us(host)} µs per step (the engine's own "
+            f"breakdown, `{src}` column orchestration_us, chapter 04b's \"host outside "
+            f"forward\"), and {fmt_us(hidden)} µs of that runs while the GPU computes (the "
+            "graph replay returns at once, and the step before's tokens are processed under "
+            "the next forward), so only the rest shows"
+            if hidden > 0 else f"; the host work behind it is {fmt_us(host)} µs per step")
 
 
 def communication(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:

@@ -129,20 +129,28 @@ def transitions(regimes: list[Regime], tables: Tables | None = None,
                      f"{fmt_us(replay)} µs of replay ({replay / g.step_us:.0%}) next to "
                      f"{fmt_us(term(g, 'compute'))} µs of kernel time: {g.dominant.layer} "
                      "dominates the single-step graph.")
+    h = headline or Headline()
     if "graph" in by_name and "persistent kernel" in by_name:
+        from decodelab.analysis.findings import persistent_vs_graph
+
         g, p = by_name["graph"], by_name["persistent kernel"]
+        ratio, which = ((g.step_us / p.step_us, "the single-step graph's") if tables is None
+                        else persistent_vs_graph(tables, p, g, h))
         lines.append(f"- A persistent kernel removes replay and the kernel boundaries: its step "
-                     f"is {g.step_us / p.step_us:.1f}x shorter than the single-step graph's, "
-                     f"and {p.dominant.layer} is {p.dominant.us / p.step_us:.0%} of it.")
+                     f"is {ratio:.1f}x shorter than {which}, and {p.dominant.layer} is "
+                     f"{p.dominant.us / p.step_us:.0%} of it.")
     if "runtime loop" in by_name:
+        from decodelab.analysis.findings import host_work_line
+
         rt = by_name["runtime loop"]
         orch = term(rt, "orchestration")
         lines.append(f"- The runtime loop ({rt.config}) adds {fmt_us(orch)} µs of orchestration "
-                     f"to the forward pass, {orch / rt.step_us:.0%} of its step.")
+                     f"to the forward pass, {orch / rt.step_us:.0%} of its step"
+                     + (host_work_line(tables, h, orch) if tables is not None else "") + ".")
     if "tensor parallel" in by_name:
         from decodelab.analysis.tp_regime import one_gpu_note, tp_speedup_line
 
-        tp, h = by_name["tensor parallel"], headline or Headline()
+        tp = by_name["tensor parallel"]
         versus = tp_speedup_line(tables, tp, h) if tables is not None else ""
         lines.append(f"- Tensor parallelism ({tp.config}) halves the weights each GPU reads but "
                      f"adds {fmt_us(term(tp, 'comm'))} µs of collectives"

@@ -142,23 +142,58 @@ def collectives_prose(coll: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def profile_prose(profile: pd.DataFrame) -> str:
+def profile_prose(profile: pd.DataFrame, tp: pd.DataFrame | None = None) -> str:
     """Per origin and mode: each rank's NCCL all-reduce kernel time and process-group host
-    call per collective, from ``tp_profile``."""
+    call per collective, from ``tp_profile``; how long one profiled step took (the profiler
+    slows every launch) beside the same step timed without it (table ``tp``), so that a sum
+    over the profiled step is never read against the timed one; and which rank waits."""
     from decodelab.core.results import origin_label
     from decodelab.parallel.analysis import collective_ops
 
     ops = collective_ops(profile)
     lines = []
     for (origin, model, mode), g in ops.groupby(["origin", "model", "mode"], sort=False):
-        parts = []
+        parts, waits = [], {}
         for rank, r in g.groupby("rank"):
-            kernel = r[r["op"].str.startswith("ncclDevKernel_AllReduce")]["device_us_per_call"]
+            ar = r[r["op"].str.startswith("ncclDevKernel_AllReduce")]
+            kernel = ar["device_us_per_call"]
             host = r[r["op"] == "c10d::allreduce_"]["host_us_per_call"]
             text = f"rank {rank}: NCCL all-reduce kernel {kernel.sum():.1f} µs"
             if not host.empty:
                 text += f", host call {host.sum():.1f} µs"
             parts.append(text)
+            waits[rank] = float((ar["device_us_per_call"] * ar["calls_per_step"]).sum())
         lines.append(f"- {origin_label(origin)}, `{model}`, {mode}, per all-reduce: "
-                     + "; ".join(parts) + ".")
+                     + "; ".join(parts) + "." + _profiled_step(profile, tp, origin, model,
+                                                               mode, waits))
     return "\n".join(lines)
+
+
+def _profiled_step(profile: pd.DataFrame, tp: pd.DataFrame | None, origin: str, model: str,
+                   mode: str, waits: dict) -> str:
+    """One profiled step's length (the profiler's step range on the device, the longest rank)
+    against the same step timed without the profiler, and the rank whose all-reduce kernels
+    hold most of it (they wait for the other rank to arrive)."""
+    p = profile if "origin" in profile else profile.assign(origin="local")
+    sel = p[(p["origin"] == origin) & (p["model"] == model) & (p["mode"] == mode)
+            & p["op"].str.startswith("ProfilerStep")]
+    if sel.empty:
+        return ""
+    step_us = float(sel["device_us_per_step"].max())
+    text = f" One profiled step takes {step_us / 1e3:.3g} ms on the device"
+    if tp is not None:
+        t = tp if "origin" in tp else tp.assign(origin="local")
+        timed = t[(t["origin"] == origin) & (t["model"] == model) & (t["mode"] == mode)
+                  & (t["tp"] > 1) & (t["batch"] == 1)]
+        if not timed.empty:
+            ms = float(timed["ms_per_step"].iloc[0])
+            text += f", the same step timed without the profiler {ms:.3g} ms"
+            if step_us > 1.2e3 * ms:
+                text += (": the profiler's hooks slow every launch, so these kernel times are "
+                         "shares of the profiled step, not of the timed one")
+    rank, most = max(waits.items(), key=lambda kv: kv[1])
+    if most > 0.5 * step_us:
+        text += (f". Rank {rank}'s all-reduce kernels add up to {most / 1e3:.3g} ms of it: "
+                 "each waits on the device for the other rank's matching kernel, whose host "
+                 "issues it later")
+    return text + "."

@@ -37,6 +37,14 @@ QUANTITY_COLORS: dict[str, str] = {
     "kernel overlap": "#c49c94",  # (negative: drawn as zero)
     "above floor, not split": "#8c564b",  # brown
     "forward pass": "#009e73",  # the compute term, not split
+    # The runtime loop's host phases (engine.metrics.PHASES other than forward, which is the
+    # forward pass): one hue each, so that a stacked breakdown reads band by band.
+    "schedule": "#4477aa",  # blue
+    "prepare": "#66ccee",  # cyan
+    "sample": "#aa3377",  # purple
+    "update": "#997700",  # ochre
+    "emit": "#cc79a7",  # the orchestration colour: the phase that carries most of it
+    "sync wait": "#ffffff",  # white, hatched: the host blocked on the device
 }
 
 # Dispatch and run modes: ours eager and graph-captured, torch.compile, transformers', and the
