@@ -47,13 +47,16 @@ test-fast: setup
 
 # JupyterLab on notebooks/. It prints the URL with its token; without a display it opens no
 # browser (open the URL from your machine, e.g. through `ssh -L 8888:127.0.0.1:8888`).
+# decodelab.lab's contents manager pairs each .ipynb with its .py (notebooks/jupytext.toml) and
+# saves the .ipynb without outputs: a save changes the tracked files only where a source did.
 LAB_PORT ?= 8888
 # Root (a container, CI) needs --allow-root; the server listens on loopback only all the same.
 LAB_ARGS ?= $(if $(DISPLAY),,--no-browser) $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: setup
-	@echo "JupyterLab on notebooks/: open the http://127.0.0.1:$(LAB_PORT)/lab?token=... URL it prints"
+	@echo "JupyterLab on notebooks/, port $(LAB_PORT): open the URL with the token it prints below"
 	$(VPY) -m jupyterlab --ServerApp.root_dir=notebooks --ServerApp.ip=127.0.0.1 \
-	  --ServerApp.port=$(LAB_PORT) $(LAB_ARGS)
+	  --ServerApp.port=$(LAB_PORT) --ServerApp.port_retries=0 \
+	  --ServerApp.contents_manager_class=decodelab.lab.PairedContentsManager $(LAB_ARGS)
 
 # Headless Chromium renders the exported report and drives JupyterLab in tests: Debian's
 # chromium is installed when missing, apt-get exists and we are root; otherwise those tests

@@ -11,7 +11,6 @@
 #     name: python3
 # ---
 
-
 # %% [markdown]
 # # 03 · Persistent execution: the decode loop inside one kernel
 #

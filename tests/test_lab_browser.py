@@ -1,21 +1,16 @@
-"""The interactive path as a person meets it: JupyterLab serves notebook 01 (its explorer has
-ipywidgets sliders when ``interactive=True``), headless Chromium opens it, runs every cell, moves
-a slider, and the explorer's figure changes.
+"""The interactive path as a person meets it, in JupyterLab started as ``make lab`` starts it
+(tests/lab_server.py) and driven by headless Chromium:
 
-JupyterLab listens on loopback only, on a free port, with a token of our own; its settings,
-runtime files and this run's results live in a temporary folder; the server and its kernels are
-killed at the end whatever happens. Skips when Chromium, Playwright or JupyterLab is missing."""
+- notebook 01 (its explorer has ipywidgets sliders when ``interactive=True``): run every cell,
+  move a slider, and the explorer's figure changes;
+- a notebook of the repository with its paired ``.py`` (``notebooks/jupytext.toml``): edit a
+  cell, run it, save; the edit reaches the ``.py`` and the ``.ipynb`` keeps no outputs.
+
+Skips when Chromium, Playwright or JupyterLab is missing."""
 
 import json
-import os
-import secrets
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -25,26 +20,24 @@ pytest.importorskip("jupyterlab")
 pytest.importorskip("ipywidgets")
 playwright = pytest.importorskip("playwright.sync_api")
 
+from lab_server import running_lab  # noqa: E402
+
 from decodelab import notebooks  # noqa: E402
 
-pytestmark = pytest.mark.slow
-
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+    CHROMIUM is None, reason="headless Chromium is not installed (`make test` installs "
+    "Debian's chromium when apt-get is available and it runs as root)")]
+
 # Playwright adds --headless itself.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 NOTEBOOK = "01_dispatch"
 # The explorer reads the stored results only (no measurement: the test is about the widgets).
 OVERRIDES = {"profile": "smoke", "interactive": True, "measure_live": False}
-START_TIMEOUT_S = 120
 RUN_TIMEOUT_MS = 300_000
 FIGURE = ".widget-interact img"  # the explorer's figure, in the output of widgets.interact
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+EDITED = "00_environment"  # the notebook the edit test changes (a copy of it)
 
 
 def _write_notebook(root: Path) -> Path:
@@ -60,64 +53,36 @@ def _write_notebook(root: Path) -> Path:
     return path
 
 
-def _up(port: int, token: str) -> bool:
-    url = f"http://127.0.0.1:{port}/api/status?token={token}"
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status == 200 and "started" in json.loads(resp.read())
-    except OSError:
-        return False
-
-
-def _start_lab(root: Path, tmp: Path, token: str) -> tuple[subprocess.Popen, int]:
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp / "config"),
-               JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
-               JUPYTERLAB_SETTINGS_DIR=str(tmp / "settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"),
-               DECODELAB_LOCAL=str(tmp / "local"), DECODELAB_FIGURES=str(tmp / "figures"))
-    log = tmp / "lab.log"
-    for _ in range(3):  # a port taken between probe and bind, or a slow first start: retry
-        port = _free_port()
-        cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
-               "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-               "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-               f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
-               "--LabApp.news_url=None", "--LabApp.extension_manager=readonly",
-               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
-        proc = subprocess.Popen(cmd, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline and proc.poll() is None:
-            if _up(port, token):
-                return proc, port
-            time.sleep(0.5)
-        _stop(proc)
-    pytest.fail(f"JupyterLab did not start: {log.read_text()[-3000:]}")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """End the server and its kernels (one process group, started by this test)."""
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=20)
+@contextmanager
+def _lab(tmp: Path, fill=_write_notebook):
+    """JupyterLab on a folder that ``fill(root)`` fills; yields (server, root)."""
+    root = tmp / "root"
+    root.mkdir()
+    fill(root)
+    with running_lab(root, tmp) as lab:
+        yield lab, root
 
 
 @contextmanager
-def _lab(tmp: Path):
-    root = tmp / "root"
-    root.mkdir()
-    _write_notebook(root)
-    token = secrets.token_hex(16)
-    proc, port = _start_lab(root, tmp, token)
-    try:
-        yield f"http://127.0.0.1:{port}/lab/tree/{NOTEBOOK}.ipynb?token={token}"
-    finally:
-        _stop(proc)
+def _browser(tmp: Path):
+    with playwright.sync_playwright() as pw:
+        # A fresh profile folder (Playwright passes it as --user-data-dir).
+        browser = pw.chromium.launch_persistent_context(
+            tmp / "profile", executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1000})
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()
+
+
+def _open(page, lab, name: str) -> None:
+    """Open notebook ``name`` in JupyterLab and wait for its kernel."""
+    page.goto(lab.url(f"lab/tree/{name}?token={lab.token}"), timeout=RUN_TIMEOUT_MS)
+    page.wait_for_selector(".jp-NotebookPanel .jp-Notebook", timeout=RUN_TIMEOUT_MS)
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell"
+                           ".currentWidget && window.jupyterapp.shell.currentWidget"
+                           ".sessionContext.session?.kernel", timeout=RUN_TIMEOUT_MS)
 
 
 def _figure_src(page) -> str | None:
@@ -125,42 +90,75 @@ def _figure_src(page) -> str | None:
     return imgs.last.get_attribute("src") if imgs.count() else None
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (`make test` "
-                    "installs Debian's chromium when apt-get is available and it runs as root)")
 def test_explorer_slider_changes_the_figure(tmp_path):
-    with _lab(tmp_path) as url, playwright.sync_playwright() as pw:
-        # A fresh profile folder (Playwright passes it as --user-data-dir).
-        browser = pw.chromium.launch_persistent_context(
-            tmp_path / "profile", executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 1000})
-        try:
-            page = browser.new_page()
-            page.goto(url, timeout=RUN_TIMEOUT_MS)
-            page.wait_for_selector(".jp-NotebookPanel .jp-Notebook", timeout=RUN_TIMEOUT_MS)
-            page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell"
-                                   ".currentWidget && window.jupyterapp.shell.currentWidget"
-                                   ".sessionContext.session?.kernel", timeout=RUN_TIMEOUT_MS)
-            page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-            slider = page.locator(".widget-slider").first
-            slider.wait_for(timeout=RUN_TIMEOUT_MS)
-            page.wait_for_selector(FIGURE, timeout=RUN_TIMEOUT_MS)
-            before = _figure_src(page)
-            readout = slider.locator(".widget-readout")
-            old_value = readout.inner_text()
-            handle = slider.locator(".noUi-handle").first
-            handle.scroll_into_view_if_needed()
-            handle.focus()
-            page.keyboard.press("End")  # the slider's last value: another configuration
-            page.wait_for_function(
-                "([sel, old]) => { const i = document.querySelectorAll(sel);"
-                " return i.length && i[i.length - 1].src !== old; }",
-                arg=[FIGURE, before], timeout=RUN_TIMEOUT_MS)
-            after = _figure_src(page)
-            assert readout.inner_text() != old_value, "the slider did not move"
-            assert before.startswith("data:image/png") and after.startswith("data:image/png")
-            assert after != before, "the explorer's figure did not change"
-            errors = page.locator(".jp-OutputArea-output[data-mime-type="
-                                  "'application/vnd.jupyter.stderr'] >> text=Traceback")
-            assert errors.count() == 0
-        finally:
-            browser.close()
+    with _lab(tmp_path) as (lab, _), _browser(tmp_path) as page:
+        _open(page, lab, f"{NOTEBOOK}.ipynb")
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        slider = page.locator(".widget-slider").first
+        slider.wait_for(timeout=RUN_TIMEOUT_MS)
+        page.wait_for_selector(FIGURE, timeout=RUN_TIMEOUT_MS)
+        before = _figure_src(page)
+        readout = slider.locator(".widget-readout")
+        old_value = readout.inner_text()
+        handle = slider.locator(".noUi-handle").first
+        handle.scroll_into_view_if_needed()
+        handle.focus()
+        page.keyboard.press("End")  # the slider's last value: another configuration
+        page.wait_for_function(
+            "([sel, old]) => { const i = document.querySelectorAll(sel);"
+            " return i.length && i[i.length - 1].src !== old; }",
+            arg=[FIGURE, before], timeout=RUN_TIMEOUT_MS)
+        after = _figure_src(page)
+        assert readout.inner_text() != old_value, "the slider did not move"
+        assert before.startswith("data:image/png") and after.startswith("data:image/png")
+        assert after != before, "the explorer's figure did not change"
+        errors = page.locator(".jp-OutputArea-output[data-mime-type="
+                              "'application/vnd.jupyter.stderr'] >> text=Traceback")
+        assert errors.count() == 0
+
+
+def _copy_pair(root: Path) -> None:
+    """The repository's pairing config and one notebook's pair, as they are in notebooks/."""
+    folder = notebooks.paths.notebooks_dir()
+    for name in ("jupytext.toml", f"{EDITED}.py", f"{EDITED}.ipynb"):
+        shutil.copy2(folder / name, root / name)
+
+
+def _wait_for(predicate, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.25)
+    return predicate()
+
+
+def test_an_edit_saved_in_jupyterlab_reaches_the_py_and_leaves_no_outputs(tmp_path):
+    """Type into the parameters cell, run it (an output shows), save with Ctrl+S: the ``.py``
+    holds the edit, the ``.ipynb`` the same sources and no outputs, and the page keeps the
+    output it showed."""
+    marker = "print('edited in JupyterLab')"
+    with _lab(tmp_path, fill=_copy_pair) as (lab, root), _browser(tmp_path) as page:
+        py, ipynb = root / f"{EDITED}.py", root / f"{EDITED}.ipynb"
+        _open(page, lab, ipynb.name)
+        editor = page.locator(".jp-CodeCell .cm-content").first  # the parameters cell
+        editor.click()
+        page.keyboard.press("Control+End")
+        page.keyboard.type(f"\n{marker}")
+        page.keyboard.press("Shift+Enter")  # run it: its output appears below it
+        page.wait_for_selector(".jp-OutputArea-output >> text=edited in JupyterLab",
+                               timeout=RUN_TIMEOUT_MS)
+        page.keyboard.press("Control+s")
+        assert _wait_for(lambda: marker in py.read_text()), "the edit did not reach the .py"
+        assert _wait_for(lambda: marker in ipynb.read_text())
+        saved = json.loads(ipynb.read_text())
+        assert all(not c.get("outputs") and c.get("execution_count") is None
+                   for c in saved["cells"] if c["cell_type"] == "code"), \
+            "the saved .ipynb holds outputs"
+        assert saved["metadata"] == json.loads(
+            (notebooks.paths.notebooks_dir() / ipynb.name).read_text())["metadata"]
+        import jupytext
+
+        assert [c.source for c in jupytext.read(py).cells] == \
+            [c.source for c in jupytext.read(ipynb).cells]
+        assert page.locator(".jp-OutputArea-output >> text=edited in JupyterLab").count() == 1
