@@ -102,7 +102,7 @@ def _copy_rate(n_bytes: int, device: str, cfg: TimingConfig) -> tuple[Timing, in
     return t, 2 * n * 4  # bytes read + bytes written
 
 
-def _read_rate(n_bytes: int, device: str, cfg: TimingConfig) -> tuple[Timing, int]:
+def read_rate(n_bytes: int, device: str, cfg: TimingConfig) -> tuple[Timing, int]:
     """A reduction over ``n_bytes`` of fp32: it reads every byte once and writes one number."""
     src = torch.rand(n_bytes // 4, device=device)
     out = torch.empty((), device=device)
@@ -111,7 +111,7 @@ def _read_rate(n_bytes: int, device: str, cfg: TimingConfig) -> tuple[Timing, in
     return t, src.numel() * 4
 
 
-def _matmul_timing(n: int, dtype: torch.dtype, device: str, cfg: TimingConfig) -> Timing:
+def matmul_timing(n: int, dtype: torch.dtype, device: str, cfg: TimingConfig) -> Timing:
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     out = torch.empty(n, n, device=device, dtype=dtype)
@@ -130,11 +130,11 @@ def calibrate(cfg: CalibrationConfig = CalibrationConfig()) -> list[Calibration]
         copy, nbytes = _copy_rate(cfg.copy_mib << 20, "cpu", t)
         rows.append(_row("memory_copy_bandwidth", "GB/s", copy.wall, lambda s: nbytes / s / 1e9,
                          "cpu", f"fp32 copy of {cfg.copy_mib} MiB, bytes read + written"))
-        read, nread = _read_rate(cfg.copy_mib << 20, "cpu", t)
+        read, nread = read_rate(cfg.copy_mib << 20, "cpu", t)
         rows.append(_row("memory_read_bandwidth", "GB/s", read.wall, lambda s: nread / s / 1e9,
                          "cpu", f"sum over {cfg.copy_mib} MiB of fp32, bytes read"))
         n = cfg.matmul_n
-        mm = _matmul_timing(n, torch.float32, "cpu", t)
+        mm = matmul_timing(n, torch.float32, "cpu", t)
         rows.append(_row("matmul_fp32", "TFLOP/s", mm.wall, lambda s: 2 * n**3 / s / 1e12, "cpu",
                          f"{n}x{n}x{n} fp32, {torch.get_num_threads()} threads"))
         return rows
@@ -147,7 +147,7 @@ def calibrate(cfg: CalibrationConfig = CalibrationConfig()) -> list[Calibration]
     copy, nbytes = _copy_rate(cfg.copy_mib << 20, "cuda", t)
     rows.append(_row("d2d_copy_bandwidth", "GB/s", copy.device, lambda s: nbytes / s / 1e9,
                      "cuda", f"device copy of {cfg.copy_mib} MiB, bytes read + written"))
-    read, nread = _read_rate(cfg.copy_mib << 20, "cuda", t)
+    read, nread = read_rate(cfg.copy_mib << 20, "cuda", t)
     rows.append(_row("read_bandwidth", "GB/s", read.device, lambda s: nread / s / 1e9, "cuda",
                      f"sum over {cfg.copy_mib} MiB of fp32 in device memory, bytes read"))
     for direction in ("h2d", "d2h"):
@@ -157,7 +157,7 @@ def calibrate(cfg: CalibrationConfig = CalibrationConfig()) -> list[Calibration]
         prev = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = False  # plain fp32, not the tf32 tensor-core path
         try:
-            mm = _matmul_timing(n, dtype, "cuda", t)
+            mm = matmul_timing(n, dtype, "cuda", t)
         finally:
             torch.backends.cuda.matmul.allow_tf32 = prev
         rows.append(_row(name, "TFLOP/s", mm.device, lambda s, n=n: 2 * n**3 / s / 1e12, "cuda",
