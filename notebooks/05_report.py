@@ -44,10 +44,12 @@ from decodelab.analysis.compute_floor import ceiling_note, copy_stands_in
 from decodelab.analysis.compute_split import split_compute
 from decodelab.analysis.decompose import regime_markdown
 from decodelab.analysis.findings import conclusions, findings
+from decodelab.analysis.load import LOAD_LABELS, load_table, load_text, loads
 from decodelab.analysis.notebook import NotebookParams
 from decodelab.analysis.regimes import serial_transformer_us
 from decodelab.analysis.seed_table import AGREE_FACTOR, seed_table
 from decodelab.core import paths
+from decodelab.core.results import stored_tables
 from decodelab.core.seed import SEED_SOURCE
 from decodelab.plots import origin_label, show_table
 from decodelab.plots.report import decomposition_figure, empty_figure
@@ -217,6 +219,23 @@ if alt_view is None:
     display(Markdown(f"No data yet for the {alt_config} toy config."))
 else:
     decomposition_figure(*alt_view, alt_config)
+
+# %% [markdown]
+# ## The Poisson workload: offered load against capacity
+#
+# Chapter 04b runs a Poisson workload on each machine: its time to first token is seconds on
+# the H200 and milliseconds on a CPU's tiny model, although an H200 decode step is a
+# millisecond. The latencies measure how far the offer exceeds what the engine serves at that
+# mix of prompts and outputs, per origin (requests / the workload's wall time):
+
+# %%
+workloads = stored_tables(["runtime_requests", "runtime"])
+if "runtime_requests" in workloads:
+    display(show_table(load_table(workloads), LOAD_LABELS))
+    display(Markdown("\n".join(f"- **{origin_label(o)}**: {load_text(x)}"
+                                for o, x in loads(workloads).items())))
+else:
+    display(Markdown("No workload was run yet (chapter 04b's bench writes `runtime_requests`)."))
 
 # %% [markdown]
 # ## Every term

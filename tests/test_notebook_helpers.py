@@ -247,3 +247,31 @@ def test_the_peer_finding_leads_with_the_strongest_peer():
     assert "against transformers' generate without compilation" in lead.text
     assert lead.text.index("compile_static") < lead.text.index("transformers")
     assert "mode=compile_static" in lead.source
+
+
+def test_the_workload_latencies_are_read_against_its_offered_load():
+    """Chapter 04b's Poisson workload: offered rate against the rate the engine served it at;
+    above it a queue builds and the text says so (time to first token is the wait), below it
+    not; the time per output token is set against the steady decode step."""
+    from decodelab.analysis.load import load_of, load_table, load_text, loads
+
+    def requests(origin, rate, n, workload_s, ttft_ms):
+        return pd.DataFrame({"origin": origin, "device": "h200", "arrival_rate": rate,
+                             "workload_s": workload_s, "ttft_ms": [ttft_ms] * n,
+                             "tpot_ms": 20.0, "throughput_tok_s": 960.0})
+
+    frames = synthetic.tables()
+    frames["runtime_requests"] = pd.concat([requests(synthetic.ORIGIN, 80.0, 160, 13.0, 7000.0),
+                                            requests("local", 100.0, 48, 0.4, 60.0)])
+    load = load_of(_tables(frames))
+    assert load.served_per_s == pytest.approx(160 / 13.0)
+    assert load.overload == pytest.approx(80 * 13.0 / 160)
+    text = load_text(load)
+    assert "offered 80 requests/s" in text and "6.5x what it serves, so a queue builds" in text
+    assert "mostly waiting behind" in text
+    assert "steady decode step takes 2.7 ms at batch 32" in text  # synthetic engine 2,700 µs
+    assert "within what it serves" in load_text(loads(frames)["local"])
+    table = load_table(frames).set_index("origin")
+    assert table.loc["local", "overload"] == pytest.approx(100 * 0.4 / 48)
+    found = {f.number for f in findings(_tables(frames), decompose(_tables(frames))[0])}
+    assert "offered 6.5x what it serves" in found

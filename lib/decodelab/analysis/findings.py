@@ -240,6 +240,14 @@ def host_work_line(tables: Tables, h: Headline, exposed: float) -> str:
             if hidden > 0 else f"; the host work behind it is {fmt_us(host)} µs per step")
 
 
+def poisson_load(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
+    """Chapter 04b's workload latencies explained by its offered load (analysis.load)."""
+    from decodelab.analysis.load import load_of, load_text
+
+    load = load_of(tables)
+    return Finding(load_text(load), f"offered {load.overload:.1f}x what it serves", load.source)
+
+
 def communication(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
     from decodelab.analysis.tp_regime import tp_speedup_line
 
@@ -254,7 +262,7 @@ def communication(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Fin
 
 FINDINGS: tuple[Callable[[Tables, Sequence[Regime], Headline], Finding], ...] = (
     graph_removes_dispatch, replay_cost, persistent_rate, roofline, compute_floor,
-    versus_peers, attention_rate, orchestration, communication)
+    versus_peers, attention_rate, orchestration, poisson_load, communication)
 
 
 def findings(tables: Tables, regimes: Sequence[Regime], h: Headline | None = None

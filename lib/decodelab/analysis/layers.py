@@ -50,7 +50,7 @@ REGIMES = ("eager", "graph", "multi-step graph", "persistent kernel", "runtime l
            "transformer decode, eager", "transformer decode", "tensor parallel")
 HEADLINE_REFERENCE = "h200"  # the shipped reference the README's figure is computed from
 TABLES = ("dispatch", "replay_nodes", "replay_multistep", "persistent", "paged_model",
-          "paged_model_kernels", "runtime", "tp", "environment")
+          "paged_model_kernels", "runtime", "runtime_requests", "tp", "environment")
 # Tables measured on several GPUs of one host: the reference ``h200`` keeps them in
 # ``data/reference/h200x<n>/`` (the Makefile's bench-gpu-tp names the folder so).
 MULTI_GPU_TABLES = ("tp",)
