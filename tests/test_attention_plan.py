@@ -32,3 +32,18 @@ def test_launch_narrows_when_the_gpu_is_busy():
     busy, sparse = launch_for(BUSY_PROGRAMS_PER_SM * sms, sms), launch_for(sms, sms)
     assert (busy.tile, busy.warps) == (64, 2)
     assert (sparse.tile, sparse.warps) == (128, 4)
+
+
+@pytest.mark.parametrize("row_bytes, shared, tile", [
+    (64 * 2, 64 << 10, 128),  # T4, head_dim 64 in fp16: the wide tile fits
+    (128 * 2, 64 << 10, 64),  # T4, head_dim 128: 72 KiB at 128 positions, so 64
+    (64 * 4, 64 << 10, 64),  # T4, float32 cache
+    (128 * 4, 99 << 10, 64),  # L4, head_dim 128 in float32
+    (128 * 4, 227 << 10, 128),  # H200
+    (128 * 2, None, 128),  # no limit (Triton's interpreter)
+])
+def test_the_tile_narrows_to_fit_shared_memory(row_bytes, shared, tile):
+    sms = 40
+    assert launch_for(sms, sms, row_bytes=row_bytes, shared=shared).tile == tile
+    assert launch_for(BUSY_PROGRAMS_PER_SM * sms, sms, row_bytes=row_bytes,
+                      shared=shared).tile == min(tile, 64)

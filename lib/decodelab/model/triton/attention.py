@@ -2,8 +2,9 @@
 
 One program per (sequence, KV head, context split). The G query heads that share the KV head
 are one (GP, D) tile (GP = G padded to 16, the smallest tensor-core M), so each K/V position
-is read once for the whole group and both products run on tensor cores: scores = q @ K^T and
-acc += p @ V, with an online softmax (running max, sum) in fp32. The program walks its share
+is read once for the whole group and both products run on tensor cores from sm_80 (on a T4,
+sm_75, Triton 3.6 compiles them to FMA instructions): scores = q @ K^T and acc += p @ V, with
+an online softmax (running max, sum) in fp32. The program walks its share
 of the context in tiles of TILE positions: each position's block is looked up in the block
 table, so K and V are read in place from the pool (any block order, a partially filled last
 block, any context length). When (sequence, KV head) pairs are too few to fill the GPU, the
@@ -113,7 +114,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         raise ValueError(f"paged_decode_attention: head_dim {d} must be a power of two with "
                          "contiguous last dims")
     group = h // hkv
-    splits, chosen = plan(b, hkv, q.device)
+    splits, chosen = plan(b, hkv, q.device, d * k_cache.element_size())
     launch = launch or chosen
     out = torch.empty((b, h, d), dtype=q.dtype, device=q.device)
     if splits > 1:

@@ -4,6 +4,11 @@ Torch-free of kernels (no triton import), so the policy is unit-tested on any ma
 Both choices depend only on static shapes (batch, KV heads, the GPU's SM count), never on the
 block table's width or the context, so an eager step and a graph replay of the same batch
 launch alike and give identical results, and a captured graph stays valid as contexts grow.
+
+The tile is narrowed where its K and V tiles would not fit the GPU's shared memory per block
+(a T4 has 64 KiB: the 128-position tile of a head_dim-128 or float32 cache needs 72 KiB):
+Triton would refuse the launch there (``OutOfResources``). ``tests/test_triton_aot.py`` checks
+the estimate against the compiled kernels of sm_75, sm_80, sm_89 and sm_90.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-MIN_GROUP_ROWS = 16  # tensor-core tiles need M >= 16: the query group is padded to this
+MIN_GROUP_ROWS = 16  # tensor-core tiles (sm_80+) need M >= 16: the query group is padded to this
 MAX_SPLITS = 64
 PROGRAMS_PER_SM = 2  # splits are added until about this many programs run per SM
 # At or above this many programs per SM, each program streams alone well with 2 warps and
@@ -21,6 +26,10 @@ PROGRAMS_PER_SM = 2  # splits are added until about this many programs run per S
 # in flight. Measured on an H200 at Llama-3.2-1B shapes (B=8/32/128, context 4096): the best
 # of tile {32, 64, 128} x stages {2, 3, 4} x warps {2, 4, 8} at each batch.
 BUSY_PROGRAMS_PER_SM = 4
+# Shared memory of the split kernel per tile position and byte of a K/V row (head_dim x dtype
+# bytes), an upper bound of Triton 3.6's allocation (2.25-2.41 over sm_75 to sm_90, 3 stages).
+SHARED_PER_TILE_BYTE = 2.5
+MIN_TILE = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +50,18 @@ def sm_count(device: torch.device) -> int:
     return _sm_count(device.index or 0) if device.type == "cuda" else 8
 
 
+@functools.cache
+def _shared_per_block(device_index: int) -> int:
+    props = torch.cuda.get_device_properties(device_index)
+    return getattr(props, "shared_memory_per_block_optin", 48 << 10)
+
+
+def shared_per_block(device: torch.device) -> int | None:
+    """Bytes of shared memory one block may use (the opt-in limit); None off CUDA (the
+    interpreter has no limit)."""
+    return _shared_per_block(device.index or 0) if device.type == "cuda" else None
+
+
 def num_splits(batch: int, kv_heads: int, sms: int) -> int:
     """Context splits (a power of 2, at most :data:`MAX_SPLITS`) so that about
     :data:`PROGRAMS_PER_SM` programs run per SM; splits past a short context stay empty and
@@ -52,14 +73,24 @@ def num_splits(batch: int, kv_heads: int, sms: int) -> int:
     return splits
 
 
-def launch_for(programs: int, sms: int) -> LaunchConfig:
+def launch_for(programs: int, sms: int, *, row_bytes: int = 0, shared: int | None = None
+               ) -> LaunchConfig:
+    """``row_bytes``: bytes of one K/V row (head_dim x dtype bytes); ``shared``: the GPU's
+    shared memory per block (None: no limit)."""
     if programs >= BUSY_PROGRAMS_PER_SM * sms:
-        return LaunchConfig(tile=64, stages=3, warps=2)
-    return LaunchConfig(tile=128, stages=3, warps=4)
+        tile, warps = 64, 2
+    else:
+        tile, warps = 128, 4
+    fits = lambda t: shared is None or SHARED_PER_TILE_BYTE * t * row_bytes <= shared  # noqa: E731
+    while tile > MIN_TILE and not fits(tile):
+        tile //= 2
+    return LaunchConfig(tile=tile, stages=3, warps=warps)
 
 
-def plan(batch: int, kv_heads: int, device: torch.device) -> tuple[int, LaunchConfig]:
-    """(splits, launch) for one decode attention call."""
+def plan(batch: int, kv_heads: int, device: torch.device, row_bytes: int = 0
+         ) -> tuple[int, LaunchConfig]:
+    """(splits, launch) for one decode attention call over K/V rows of ``row_bytes``."""
     sms = sm_count(device)
     splits = num_splits(batch, kv_heads, sms)
-    return splits, launch_for(batch * kv_heads * splits, sms)
+    return splits, launch_for(batch * kv_heads * splits, sms, row_bytes=row_bytes,
+                              shared=shared_per_block(device))

@@ -7,16 +7,17 @@ token r // GP, head r % GP; GP = G padded to a power of two), so each K/V tile i
 for the whole group. It walks positions 0 .. its last token's position of its own sequence in
 tiles of BLOCK_N, each position's block looked up in the block table (K/V read in place from
 the pool: any block order, a partly filled last block, any start), with an online softmax
-(running max and sum in fp32) and both products on tensor cores. The chunk's own K/V are in
-the cache already (the model writes them first), so the chunks and decode steps before it are
-attended the same way as its own tokens. Tiles that end before the program's first query
+(running max and sum in fp32) and both products on tensor cores from sm_80 (FMA on sm_75).
+The chunk's own K/V are in the cache already (the model writes them first), so the chunks and
+decode steps before it are attended the same way as its own tokens. Tiles that end before the program's first query
 position need no mask; the rest mask key position > query position (start offset included).
 
 No per-shape compilation (the cold cost of SDPA's per-length execution plans): chunk offsets,
 starts and lengths are read from device tensors, the block-table width is not specialized on,
 and the grid is the only thing a new pack changes. The constexprs are the tile sizes (fixed
-here, chosen for sm_90, never autotuned: a per-shape autotune would be that cold cost again),
-head dim, group and block size (fixed per model), and the dtype. Imported lazily: GPU only (or
+here, chosen for sm_90, never autotuned: a per-shape autotune would be that cold cost again;
+narrower only where they would not fit the GPU's shared memory, ``tiles_for``), head dim,
+group and block size (fixed per model), and the dtype. Imported lazily: GPU only (or
 Triton's interpreter). Launched without programmatic dependent launch: prefill is compute-bound.
 
     paged_prefill_attention(q (T, H, D), k_cache, v_cache (num_blocks, Hkv, block_size, D),
@@ -31,12 +32,36 @@ import torch
 import triton
 import triton.language as tl
 
+from decodelab.model.triton import attention_plan
+
 ROWS = 128  # query rows (tokens x padded group) per program: the tensor-core M tile
 BLOCK_N = 64  # K/V positions per tile
 WARPS = 4
 STAGES = 2
 MAX_CHUNKS = 65535  # the grid's second dimension
+# Where (ROWS, BLOCK_N, STAGES) would not fit the GPU's shared memory per block (a T4's 64 KiB
+# with head_dim 128 or a float32 cache, an L4's 99 KiB with head_dim 128), the first of these
+# that does; one stage costs nothing below sm_80 (no asynchronous copies to pipeline).
+NARROWER = ((ROWS, BLOCK_N, 1), (ROWS, 32, 1), (64, 64, 1), (64, 32, 1), (32, 32, 1),
+            (32, 16, 1))
 
+
+def shared_bytes(rows: int, block_n: int, stages: int, row_bytes: int) -> int:
+    """An upper bound of the shared memory Triton 3.6 gives the kernel, in K/V row bytes (head
+    dim x dtype bytes): the q tile and its dot operand (2 x rows), K and V tiles for each stage
+    and one more (measured at 1.0-0.6 of it over sm_75 to sm_90; ``tests/test_triton_aot.py``
+    checks every bench shape's compiled kernel against the GPU's limit)."""
+    return (2 * rows + 2 * (stages + 1) * block_n) * row_bytes
+
+
+def tiles_for(row_bytes: int, shared: int | None, group_rows: int = 1) -> tuple[int, int, int]:
+    """(rows, BLOCK_N, STAGES) for K/V rows of ``row_bytes`` and ``shared`` bytes per block
+    (None: no limit, as in the interpreter); rows stay >= ``group_rows`` (the padded group)."""
+    fitting = [c for c in ((ROWS, BLOCK_N, STAGES), *NARROWER) if c[0] >= group_rows]
+    for tiles in fitting:
+        if shared is None or shared_bytes(*tiles, row_bytes) <= shared:
+            return tiles
+    return fitting[-1]
 
 @triton.jit
 def _attend_tile(q, acc, m_i, l_i, k_head, v_head, bt_row, kv0, ctx, qpos, scale_log2,
@@ -148,15 +173,17 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     hkv, bs = k_cache.shape[1], k_cache.shape[2]
     group = h // hkv
     gp = triton.next_power_of_2(group)
-    block_q = ROWS // gp
     out = torch.empty_like(q)
+    rows, block_n, stages = tiles_for(d * k_cache.element_size(),
+                                      attention_plan.shared_per_block(q.device), gp)
+    block_q = rows // gp
     grid = (triton.cdiv(max_query_len, block_q), starts.shape[0], hkv)
     _prefill_attn_kernel[grid](
         q, k_cache, v_cache, block_tables, query_starts, starts, out,
         scale * 1.4426950408889634, q.stride(0), q.stride(1), k_cache.stride(0),
         k_cache.stride(1), k_cache.stride(2), block_tables.stride(0), out.stride(0),
-        out.stride(1), G=group, GP=gp, D=d, BS=bs, BLOCK_Q=block_q, BLOCK_N=BLOCK_N,
-        STAGES=STAGES,
+        out.stride(1), G=group, GP=gp, D=d, BS=bs, BLOCK_Q=block_q, BLOCK_N=block_n,
+        STAGES=stages,
         # fp32 caches get exact products (the reference's precision), not tf32
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=WARPS)
     return out

@@ -3,7 +3,9 @@
 At batch 8-64 a projection is still bound by reading its weight once: y (M, N) = x (M, K) @
 W^T is a thin GEMM whose M rows fit one tensor-core tile. ``skinny`` gives each program
 BLOCK_N rows of W and all M rows of x (padded to BLOCK_M >= 16, the smallest tensor-core M),
-streams K in chunks and accumulates x @ W^T on tensor cores in fp32: W is read exactly once,
+streams K in chunks and accumulates x @ W^T in fp32, on tensor cores from sm_80 (below, on a
+T4, Triton 3.6 compiles the dot to FMA instructions, and cuBLAS's fp16 tensor cores usually
+win the timing): W is read exactly once,
 x (a few KB) from cache. With ``swiglu`` the input is silu(gate) * up of a (M, 2K) gate|up
 matrix, computed per chunk (no separate activation kernel). ``matmul_choice.MatmulChoice``
 times it against cuBLAS per weight shape and row count, inside a CUDA graph, and keeps the
