@@ -42,7 +42,8 @@
 # %% tags=["parameters"]
 profile = "auto"  # auto: gpu with a CUDA device, else cpu; smoke: tiny sizes
 interactive = True  # sliders and widgets (False under papermill: static figures)
-run_bench = True  # measure this machine (GPU: Llama-3.2-1B shapes in bf16; CPU: the tiny model in fp32)
+dtype = "auto"  # model dtype; auto: bfloat16 from sm_80, float16 below, float32 on the CPU
+run_bench = True  # measure this machine (GPU: Llama-3.2-1B shapes, sized to its memory; CPU: the tiny model)
 batch = 1  # batch the prose reads the step at
 context = 512  # tokens of context the prose reads the step at
 
@@ -62,8 +63,9 @@ plots.use_style()
 # %% [markdown]
 # ## Measure this machine
 #
-# On a GPU with the `gpu` profile: the Llama-3.2-1B shapes in bf16 (random weights), batches
-# 1-128 at two contexts, plus the kernel profile. On a CPU: the tiny model in fp32, eager only
+# On a GPU with the `gpu` profile: the Llama-3.2-1B shapes (random weights) in `dtype` (auto:
+# bf16 from sm_80, fp16 on a T4), batches 1-128 at two contexts, plus the kernel profile; a
+# GPU with less memory than that needs runs fewer batches or contexts, said in one line. On a CPU: the tiny model in fp32, eager only
 # (CUDA graphs need a GPU); its numbers say what the CPU backend costs per op, not what HBM
 # allows. Results go to `data/local/` and appear next to the shipped H200 reference.
 

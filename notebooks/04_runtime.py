@@ -38,6 +38,7 @@
 # %% tags=["parameters"]
 profile = "auto"  # auto: gpu with a CUDA device, else cpu; smoke: tiny sizes
 interactive = True  # sliders and widgets (False under papermill: static figures)
+dtype = "auto"  # model dtype; auto: bfloat16 from sm_80, float16 below, float32 on the CPU
 run_bench = True  # measure this machine (False: stored results only)
 
 # %%

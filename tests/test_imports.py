@@ -123,6 +123,9 @@ def test_no_phase_imports_another_phases_bench_or_notebook(face):
 
 
 def test_every_phase_has_a_registered_bench_of_one_shape():
+    """``bench(profile, out_dir)``, and ``dtype="auto"`` after them in the phases that run
+    the model (``DTYPE_PHASES``)."""
+    from decodelab.bench import DTYPE_PHASES
     from decodelab.bench import PHASES as REGISTRY
 
     for phase, target in REGISTRY.items():
@@ -137,7 +140,10 @@ def test_every_phase_has_a_registered_bench_of_one_shape():
                   None)
         assert fn is not None, f"{target} has no bench()"
         args = [a.arg for a in fn.args.args]
-        assert args == ["profile", "out_dir"], f"{target}.bench{tuple(args)}"
+        want = ["profile", "out_dir"] + (["dtype"] if phase in DTYPE_PHASES else [])
+        assert args == want, f"{target}.bench{tuple(args)}"
+        if phase in DTYPE_PHASES:
+            assert ast.literal_eval(fn.args.defaults[-1]) == "auto", f"{target}.bench dtype"
         assert ast.unparse(fn.returns) == "list[Path]", f"{target}.bench returns {ast.unparse(fn.returns)}"
 
 

@@ -73,10 +73,12 @@ def test_the_listing_and_the_check_agree(name, monkeypatch):
     """Every value the listing allows is accepted, and values just outside it are refused with
     a message that repeats the listing's words. (CUDA pretended: ``gpu`` on a machine without
     it is refused by the hardware check, core.profiles.measured_device, not by the listing;
-    tests/test_profiles.py checks that refusal.)"""
+    tests/test_profiles.py checks that refusal; an sm_90 GPU pretended, which allows every dtype:
+    tests/test_precision.py checks the dtype's refusal below sm_80.)"""
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: (9, 0))
     cls = notebooks.params_class(name)
     info = {i.name: i for i in cls.describe()}
     for field in dataclasses.fields(cls):

@@ -1,6 +1,7 @@
 """Checks of the model's Triton kernels in Triton's CPU interpreter, run by
 test_triton_interpreter.py in a child process with TRITON_INTERPRET=1 (the variable must be set
-before the kernels are defined). fp32 throughout: the interpreter's bf16 dot is not faithful.
+before the kernels are defined). fp32, and float16 in ``float16`` (the dtype a T4 runs): the
+interpreter's bf16 dot is not faithful.
 Attention is left out: its loop bound is a loaded value, which the interpreter cannot range
 over; it is checked on the GPU (test_paged_model_gpu.py).
 
@@ -135,7 +136,49 @@ def model() -> None:
         assert _rel(got, want) < RTOL, (n, _rel(got, want))
 
 
-CHECKS = {"gemv": gemv, "add_norm_gemv": add_norm_gemv, "skinny": skinny, "model": model}
+def float16() -> None:
+    """The kernels a T4 runs (``core.precision``: float16 below sm_80) on float16 inputs against
+    the float32 reference on the same (rounded) inputs: within float16 rounding. The norm, the
+    SwiGLU product, the gemv (with and without the fused norm) and the skinny matmul."""
+    from decodelab.model.triton.fused import rms_norm_rows, silu_mul
+    from decodelab.model.triton.linear import add_norm_gemv as norm_gemv
+    from decodelab.model.triton.linear import gemv as run_gemv
+    from decodelab.model.triton.matmul_choice import cublas
+    from decodelab.model.triton.skinny import TILES
+    from decodelab.model.triton.skinny import skinny as run_skinny
+
+    gen = torch.Generator().manual_seed(3)
+
+    def draw(*shape):  # float16 values; the reference reads them in float32
+        return torch.randn(shape, generator=gen).half()
+
+    h, x, nw = draw(3, 96), draw(3, 96), 1 + 0.1 * draw(96)
+    want_h, normed = TorchOps.add_rms_norm(h.float(), x.float(), nw.float(), 1e-5)
+    got = rms_norm_rows(h.clone(), x, nw, 1e-5)
+    assert got.dtype == torch.float16 and _rel(got.float(), normed) < F16_RTOL
+    gu = draw(3, 2 * 80)
+    assert _rel(silu_mul(gu).float(), TorchOps.silu_mul(gu.float())) < F16_RTOL
+    for n, k, tile, swiglu in ((48, 64, (8, 32, 4), False), (33, 100, (4, 64, 4), True)):
+        w, v = draw(n, k) / k ** 0.5, draw(1, k * (2 if swiglu else 1))
+        assert _rel(run_gemv(v, w, tile, swiglu=swiglu).float(),
+                    cublas(v.float(), w.float(), swiglu)) < F16_RTOL, (n, k, tile)
+    w, h1, res, nw = draw(40, 64) / 8, draw(1, 64), draw(1, 64), 1 + 0.1 * draw(64)
+    h_new, y = norm_gemv(h1, res, nw, 1e-5, w, (8, 32, 4))
+    want_h, normed = TorchOps.add_rms_norm(h1.float(), res.float(), nw.float(), 1e-5)
+    assert _rel(h_new.float(), want_h) < F16_RTOL
+    assert _rel(y.float(), F.linear(normed, w.float())) < F16_RTOL
+    for m, n, k, swiglu in ((2, 48, 64, False), (17, 70, 300, True)):
+        w, v = draw(n, k) / k ** 0.5, draw(m, k * (2 if swiglu else 1))
+        got = run_skinny(v, w, TILES[0], swiglu=swiglu)
+        assert got.dtype == torch.float16
+        assert _rel(got.float(), cublas(v.float(), w.float(), swiglu)) < F16_RTOL, (m, n, k)
+
+
+# float16 keeps 11 significant bits (2^-11 ~ 4.9e-4 relative): the output's rounding, and the
+# intermediate roundings to the model dtype that the kernels make as the torch ops do
+F16_RTOL = 2e-3
+CHECKS = {"gemv": gemv, "add_norm_gemv": add_norm_gemv, "skinny": skinny, "model": model,
+          "float16": float16}
 
 if __name__ == "__main__":
     _scalar_loop_bounds()

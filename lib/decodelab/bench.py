@@ -27,14 +27,26 @@ PHASES: dict[str, str] = {
 # Phases that need one process per GPU (``make bench-gpu-tp`` starts them under torchrun);
 # ``bench all`` leaves them out.
 TORCHRUN_PHASES = ("tp",)
+# Phases that run the model in a dtype of ``core.precision``'s choice (``bench(..., dtype=)``);
+# the others measure the toy step and the calibrations in their own dtypes.
+DTYPE_PHASES = ("paged_model", "runtime", "serve", "tp")
 
 
-def run_phase(phase: str, profile: str, out_dir: Path) -> list[Path]:
+def run_phase(phase: str, profile: str, out_dir: Path, dtype: str = "auto") -> list[Path]:
+    """``dtype`` other than ``auto`` is refused for a phase outside ``DTYPE_PHASES``."""
+    from decodelab.core.validate import ConfigError
+
     module = importlib.import_module(PHASES[phase])
+    if phase in DTYPE_PHASES:
+        return module.bench(profile, out_dir, dtype=dtype)
+    if dtype != "auto":
+        raise ConfigError(f"dtype {dtype!r}: phase {phase} has no model dtype; it applies to "
+                          f"{', '.join(DTYPE_PHASES)}")
     return module.bench(profile, out_dir)
 
 
-def run_all(phases: list[str], profile: str, out_dir: Path, *, isolate: bool = True) -> int:
+def run_all(phases: list[str], profile: str, out_dir: Path, *, isolate: bool = True,
+            dtype: str = "auto") -> int:
     """Run each phase; a failing phase is reported and the rest still run. Returns exit code.
 
     With ``isolate`` (the default for more than one phase) every phase runs in a fresh Python
@@ -51,9 +63,12 @@ def run_all(phases: list[str], profile: str, out_dir: Path, *, isolate: bool = T
         if isolate:
             cmd = [sys.executable, "-m", "decodelab", "bench", phase, "--profile", profile,
                    "--out", str(out_dir), "--quiet"]
+            if phase in DTYPE_PHASES:
+                cmd += ["--dtype", dtype]
             code = subprocess.run(cmd, check=False).returncode
         else:
-            code = _run_in_process(phase, profile, out_dir)
+            code = _run_in_process(phase, profile, out_dir, dtype if phase in DTYPE_PHASES
+                                   else "auto")
         if code == 2 and len(phases) > 1 and not has_cuda():  # GPU-only phase in `bench all`
             skipped.append(phase)
             state = "skipped (needs a CUDA GPU)"
@@ -74,12 +89,12 @@ def run_all(phases: list[str], profile: str, out_dir: Path, *, isolate: bool = T
     return 2 if refused else 0
 
 
-def _run_in_process(phase: str, profile: str, out_dir: Path) -> int:
+def _run_in_process(phase: str, profile: str, out_dir: Path, dtype: str = "auto") -> int:
     """0 on success, 2 when the phase refused its input (ConfigError), 1 on any other error."""
     from decodelab.core.validate import ConfigError
 
     try:
-        written = run_phase(phase, profile, out_dir)
+        written = run_phase(phase, profile, out_dir, dtype)
     except ConfigError as exc:
         print(f"[bench] {phase}: refused: {exc}", file=sys.stderr, flush=True)
         return 2
@@ -91,6 +106,6 @@ def _run_in_process(phase: str, profile: str, out_dir: Path) -> int:
     return 0
 
 
-def run_phase_quietly(phase: str, profile: str, out_dir: Path) -> int:
+def run_phase_quietly(phase: str, profile: str, out_dir: Path, dtype: str = "auto") -> int:
     """One phase in this process, exit code as :func:`_run_in_process` (a child of run_all)."""
-    return _run_in_process(phase, profile, out_dir)
+    return _run_in_process(phase, profile, out_dir, dtype)

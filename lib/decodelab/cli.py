@@ -12,12 +12,14 @@ import sys
 import time
 from pathlib import Path
 
-from decodelab.core import paths
+from decodelab.core import paths, precision
 from decodelab.core.profiles import CHOICES, measured_device, resolve_profile
 from decodelab.core.validate import ConfigError
 
 REPORT_FILE = "decodelab-report.html"
 PROFILE_HELP = f"one of {', '.join(CHOICES)} (default auto: gpu with a CUDA device, else cpu)"
+DTYPE_HELP = (f"the model's dtype: one of {', '.join(precision.CHOICES)} (default auto: "
+              "bfloat16 from sm_80, float16 on older GPUs, float32 on the CPU)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,6 +34,16 @@ def _check_profile(value: str | None) -> str:
     profile = resolve_profile(value)
     measured_device(profile)
     return profile
+
+
+def _check_dtype(value: str | None, profile: str) -> str:
+    """``value`` as given (None: ``auto``), refused here when the device the profile measures
+    cannot run it (bfloat16 below sm_80); each phase and notebook resolves ``auto`` itself."""
+    from decodelab.core.device import run_dtype
+
+    value = value or precision.AUTO
+    run_dtype(value, measured_device(profile), "--dtype")
+    return value
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
@@ -53,9 +65,16 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from decodelab.bench import PHASES, TORCHRUN_PHASES, run_all, run_phase_quietly
+    from decodelab.bench import (
+        DTYPE_PHASES,
+        PHASES,
+        TORCHRUN_PHASES,
+        run_all,
+        run_phase_quietly,
+    )
 
     profile = _check_profile(args.profile)
+    dtype = _check_dtype(args.dtype, profile)
     if args.phase == "all":
         phases = [p for p in PHASES if p not in TORCHRUN_PHASES]
         print(f"[bench] all: leaves out {', '.join(TORCHRUN_PHASES)} (one process per GPU: "
@@ -65,10 +84,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     for phase in phases:
         if phase not in PHASES:
             raise ConfigError(f"unknown phase {phase!r}; allowed: all, {', '.join(PHASES)}")
+    if args.phase != "all" and args.phase not in DTYPE_PHASES and dtype != precision.AUTO:
+        raise ConfigError(f"--dtype {dtype!r}: phase {args.phase} has no model dtype; it "
+                          f"applies to {', '.join(DTYPE_PHASES)}")
     out = Path(args.out) if args.out else paths.local_dir()
     if args.quiet:  # one phase inside `bench all`: the parent reports start and end
-        return run_phase_quietly(phases[0], profile, out)
-    return run_all(phases, profile, out)
+        return run_phase_quietly(phases[0], profile, out, dtype)
+    return run_all(phases, profile, out, dtype=dtype)
 
 
 def _cmd_params(args: argparse.Namespace) -> int:
@@ -90,6 +112,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     overrides = _parse_params(args.param)
     if args.profile is not None:
         overrides["profile"] = _check_profile(args.profile)
+    if args.dtype is not None:
+        overrides["dtype"] = _check_dtype(args.dtype, _check_profile(args.profile))
     notebooks.validate_parameters(name, overrides)  # exit 2 before anything runs
     out = Path(args.out) if args.out else paths.local_dir() / "executed"
     print(f"executed notebook: {notebooks.run(name, overrides, out)}")
@@ -102,16 +126,17 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from decodelab import notebooks, report
 
     profile = _check_profile(args.profile)
+    params = {"profile": profile, "interactive": False,
+              "dtype": _check_dtype(args.dtype, profile)}
     names = notebooks.available()
     for name in names:  # validate every notebook's parameters before running any
-        notebooks.validate_parameters(name, {"profile": profile, "interactive": False})
+        notebooks.validate_parameters(name, params)
     out_dir = Path(args.out) if args.out else paths.local_dir() / "report"
     t0 = time.perf_counter()
     executed = []
     for name in tqdm(names, desc="notebooks", unit="nb"):
         t_nb = time.perf_counter()
-        executed.append(notebooks.run(name, {"profile": profile, "interactive": False},
-                                      out_dir / "executed", progress=False))
+        executed.append(notebooks.run(name, params, out_dir / "executed", progress=False))
         tqdm.write(f"{name}: {time.perf_counter() - t_nb:.0f} s")
     path = report.export(executed, out_dir / REPORT_FILE, profile)
     print(f"report ({profile}, {time.perf_counter() - t0:.0f} s): {path.resolve()}")
@@ -128,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="run a phase's measurements and write its result tables")
     p.add_argument("phase", help="a phase name or 'all'")
     p.add_argument("--profile", help=PROFILE_HELP)
+    p.add_argument("--dtype", help=DTYPE_HELP)
     p.add_argument("--out", help="output folder (default: data/local)")
     p.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=_cmd_bench)
@@ -138,10 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("notebook", help="e.g. 00_environment, 00 or environment")
     p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"))
     p.add_argument("--profile", help=PROFILE_HELP)
+    p.add_argument("--dtype", help=DTYPE_HELP)
     p.add_argument("--out", help="folder for the executed notebook")
     p.set_defaults(func=_cmd_run)
     p = sub.add_parser("report", help="run every notebook and export one HTML report")
     p.add_argument("--profile", help=PROFILE_HELP)
+    p.add_argument("--dtype", help=DTYPE_HELP)
     p.add_argument("--out", help="report folder (default: data/local/report)")
     p.set_defaults(func=_cmd_report)
     return parser

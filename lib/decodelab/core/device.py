@@ -111,3 +111,88 @@ def require_cuda(what: str) -> None:
     if not has_cuda():
         raise ConfigError(f"{what} needs a CUDA GPU (torch sees none); the notebooks show the "
                           "shipped reference results instead")
+
+
+def compute_capability() -> tuple[int, int] | None:
+    """(major, minor) of the visible CUDA device, None without one (the CPU). A device query:
+    it creates no CUDA context, so the command line may ask before any phase starts."""
+    return tuple(torch.cuda.get_device_capability(0)) if has_cuda() else None
+
+
+def run_dtype(value: str | None, backend: str, owner: str = "dtype") -> str:
+    """The dtype a run on ``backend`` ("cuda" or "cpu") uses for ``value`` (``auto``: the
+    policy of ``core.precision``; bfloat16 below sm_80 is refused there, naming the GPU)."""
+    from decodelab.core.precision import resolve_dtype
+
+    return resolve_dtype(value, compute_capability() if backend == "cuda" else None, owner)
+
+
+MEMORY_LIMIT_ENV = "DECODELAB_GPU_MEMORY_GIB"
+
+
+def memory_limit_gib() -> float | None:
+    """``DECODELAB_GPU_MEMORY_GIB`` (a number > 0): this process uses at most that much GPU
+    memory, as on a smaller GPU (e.g. 15 on an H200 to run a T4's sizes); None when unset.
+    A bad value is refused (ConfigError naming the variable)."""
+    import os
+
+    from decodelab.core.validate import ConfigError
+
+    raw = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        gib = float(raw)
+    except ValueError:
+        gib = float("nan")
+    if not gib > 0 or gib == float("inf"):
+        raise ConfigError(f"{MEMORY_LIMIT_ENV}={raw!r}: must be a number of GiB > 0")
+    return gib
+
+
+@functools.cache
+def _apply_memory_limit(index: int, gib: float) -> None:
+    total = torch.cuda.get_device_properties(index).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, gib * 2**30 / total), index)
+
+
+def gpu_memory(device: torch.device | str = "cuda") -> tuple[int, int] | None:
+    """(free, total) bytes this process may use on ``device``; None off CUDA. Free counts what
+    PyTorch's caching allocator holds unused. With ``DECODELAB_GPU_MEMORY_GIB`` the limit is
+    applied to the allocator here (``torch.cuda.set_per_process_memory_fraction``, once per
+    process) and both numbers are capped by it: the sizing sees the smaller GPU."""
+    device = torch.device(device)
+    if device.type != "cuda" or not has_cuda():
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    free, total = torch.cuda.mem_get_info(index)
+    free += torch.cuda.memory_reserved(index) - torch.cuda.memory_allocated(index)
+    gib = memory_limit_gib()
+    if gib is not None:
+        _apply_memory_limit(index, gib)
+        total = min(total, int(gib * 2**30))
+        free = min(free, total - torch.cuda.memory_allocated(index))
+    return max(0, free), total
+
+
+def sizing_device(device: torch.device | str = "cuda"):
+    """``core.sizing.Device`` of ``device`` (its free memory as :func:`gpu_memory` counts it);
+    None off CUDA, where nothing is sized."""
+    from decodelab.core.sizing import Device
+
+    memory = gpu_memory(device)
+    if memory is None:
+        return None
+    device = torch.device(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(index)
+    return Device(torch.cuda.get_device_name(index), (major, minor), *memory)
+
+
+def sized(config, device: torch.device, dtype: str | None):
+    """``config.on_device(dtype, ...)`` on ``device`` (``core.sizing`` off the CPU), its one
+    line printed when it shrank something; returns the config to run."""
+    fitted = config.on_device(dtype, sizing_device(device))
+    if fitted.line:
+        print(fitted.line, flush=True)
+    return fitted.sizes

@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from decodelab.core.precision import AUTO as DTYPE_AUTO
+from decodelab.core.precision import CHOICES as DTYPE_CHOICES
 from decodelab.core.profiles import AUTO, CHOICES, measured_device, resolve_profile
 from decodelab.core.validate import ConfigError
 
@@ -137,3 +139,19 @@ class NotebookParams:
         return [ParamInfo(f.name, type(f.default).__name__, f.default,
                           f.metadata["allowed"].describe(f.default), f.metadata["doc"])
                 for f in dataclasses.fields(cls)]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelParams(NotebookParams):
+    """A notebook that runs the model (04_model, 04_runtime, 06_multi_gpu) also takes its
+    ``dtype``, resolved here for the device the profile measures (``core.precision``)."""
+
+    dtype: str = param(DTYPE_AUTO, "model dtype; auto: bfloat16 from sm_80, float16 below, "
+                       "float32 on the CPU", choices=DTYPE_CHOICES)
+
+    def __post_init__(self) -> None:
+        from decodelab.core.device import run_dtype
+
+        NotebookParams.__post_init__(self)
+        object.__setattr__(self, "dtype", run_dtype(self.dtype, measured_device(self.profile),
+                                                    f"{self.NOTEBOOK}.dtype"))

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import pandas as pd
 
-from decodelab.core.params import NotebookParams as BaseParams
+from decodelab.core.params import ModelParams as BaseParams
 from decodelab.core.params import param
 
 TABLES = ("runtime", "runtime_steps", "runtime_sampler", "runtime_batch", "runtime_requests",
@@ -25,7 +25,8 @@ TABLES = ("runtime", "runtime_steps", "runtime_sampler", "runtime_batch", "runti
 
 @dataclass(frozen=True, slots=True)
 class NotebookParams(BaseParams):
-    """Parameters of notebook 04_runtime (``profile`` and ``interactive`` come from the base)."""
+    """Parameters of notebook 04_runtime (``profile``, ``interactive`` and ``dtype`` come from
+    the base)."""
 
     NOTEBOOK: ClassVar[str] = "04_runtime"
 
@@ -55,7 +56,7 @@ def run_local_bench(params: NotebookParams) -> tuple[list[Path], list[str]]:
         return [], []
     log = _LogToStderr()
     with contextlib.redirect_stdout(log):
-        written = bench(params.profile, paths.local_dir())
+        written = bench(params.profile, paths.local_dir(), params.dtype)
     return written, log.problems
 
 
@@ -207,7 +208,7 @@ def run_local_serve(params: NotebookParams) -> tuple[list[Path], list[str]]:
         return [], []
     log = _LogToStderr()
     with contextlib.redirect_stdout(log):
-        written = bench(params.profile, paths.local_dir())
+        written = bench(params.profile, paths.local_dir(), params.dtype)
     return written, log.problems
 
 

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import pandas as pd
 
-from decodelab.core.params import NotebookParams as BaseParams
+from decodelab.core.params import ModelParams as BaseParams
 from decodelab.core.params import param
 from decodelab.model import analysis, floors
 from decodelab.model.modes import COMPILED, OURS, SERIAL
@@ -21,12 +21,13 @@ TABLES = ("paged_model", "paged_model_kernels", "paged_model_linear", "paged_mod
 
 @dataclass(frozen=True, slots=True)
 class NotebookParams(BaseParams):
-    """Parameters of notebook 04_model (``profile`` and ``interactive`` come from the base)."""
+    """Parameters of notebook 04_model (``profile``, ``interactive`` and ``dtype`` come from
+    the base)."""
 
     NOTEBOOK: ClassVar[str] = "04_model"
 
-    run_bench: bool = param(True, "measure this machine (GPU: Llama-3.2-1B shapes in bf16; "
-                                  "CPU: the tiny model in fp32)")
+    run_bench: bool = param(True, "measure this machine (GPU: Llama-3.2-1B shapes, sized to "
+                                  "its memory; CPU: the tiny model)")
     batch: int = param(1, "batch the prose reads the step at", low=1, high=4096)
     context: int = param(512, "tokens of context the prose reads the step at", low=1,
                          high=1 << 20)
@@ -36,7 +37,7 @@ def run_local_bench(params: NotebookParams) -> list[Path]:
     from decodelab.core import paths
     from decodelab.model.bench import bench
 
-    return bench(params.profile, paths.local_dir()) if params.run_bench else []
+    return bench(params.profile, paths.local_dir(), params.dtype) if params.run_bench else []
 
 
 def load_tables() -> dict[str, pd.DataFrame]:

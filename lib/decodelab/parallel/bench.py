@@ -31,10 +31,12 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
+from decodelab.core.device import run_dtype
 from decodelab.core.profiles import measured_device
 from decodelab.core.results import stamped, write_table
 from decodelab.core.timing import TimingConfig, copy_bandwidth_gb_s, median_times
@@ -59,9 +61,12 @@ VALIDATION_BLOCKS = 64
 SPARE_BLOCKS = 8  # beyond the one batch-1 sequence of the profiled step
 
 
-def bench(profile: str, out_dir: Path) -> list[Path]:
-    cfg = TPBenchConfig.for_profile(profile)
-    measured_device(profile)  # gpu without CUDA: refused before any process group starts
+def bench(profile: str, out_dir: Path, dtype: str = "auto") -> list[Path]:
+    """``dtype``: ``core.precision``'s choice for the GPU (``auto``: bf16 from sm_80, fp16
+    below); what does not fit is skipped per model and TP size (``parallel.memory``)."""
+    # gpu without CUDA and a dtype the GPU lacks: refused before any process group starts
+    backend = measured_device(profile)
+    cfg = replace(TPBenchConfig.for_profile(profile), dtype=run_dtype(dtype, backend, "tp.dtype"))
     if os.environ.get("DECODELAB_STACK_DUMP_S"):  # diagnosis: every thread's stack, once
         faulthandler.dump_traceback_later(int(os.environ["DECODELAB_STACK_DUMP_S"]))
     for m in cfg.models:  # refuse before any process group or device is touched

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from decodelab.core.precision import DTYPES
 from decodelab.core.profiles import PROFILES
 from decodelab.core.timing import TimingConfig
 from decodelab.core.validate import check_choice
@@ -30,7 +31,7 @@ class TPBenchConfig:
 
     def __post_init__(self) -> None:
         check_choice("TPBenchConfig", "profile", self.profile, PROFILES)
-        check_choice("TPBenchConfig", "dtype", self.dtype, ("bfloat16", "float32"))
+        check_choice("TPBenchConfig", "dtype", self.dtype, DTYPES)
         for m in self.models:
             named_config(m)
 

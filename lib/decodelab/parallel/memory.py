@@ -12,8 +12,9 @@ error. The estimate, per rank, is the larger of
   (none at tp=1: the full weights serve), its KV pool, and the graphs' logits outputs
   (twice at tp > 1, where a twin without collectives is captured too);
 
-plus ``HEADROOM`` of it and ``WORKSPACE_BYTES`` for what the estimate leaves out (allocator
-rounding, cuBLAS and Triton workspaces, activations, graph pools, the CUDA context's growth).
+plus the headroom every phase's sizing adds (``core.sizing.need_bytes``: ``HEADROOM`` of it and
+``WORKSPACE_BYTES`` for what the estimate leaves out). The pieces' bytes are
+``model.memory``'s, as in the other phases.
 """
 
 from __future__ import annotations
@@ -21,12 +22,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from decodelab.core.sizing import GIB, HEADROOM, WORKSPACE_BYTES, need_bytes
+from decodelab.model import memory
 from decodelab.model.config import ModelConfig
 from decodelab.parallel.shard import local_config
-
-GIB = 1 << 30
-HEADROOM = 0.10
-WORKSPACE_BYTES = 1 * GIB
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,22 +46,17 @@ class RankMemory:
     @property
     def need(self) -> int:
         """``peak`` with the stated headroom: what must be free."""
-        return int(self.peak * (1 + HEADROOM)) + WORKSPACE_BYTES
+        return need_bytes(self.peak)
 
 
 def rank_memory(config: ModelConfig, tp: int, dtype_bytes: int, num_blocks: int,
                 block_size: int, graph_buckets: Iterable[int] = ()) -> RankMemory:
     """The estimate for ``config`` split ``tp`` ways, with a KV pool of ``num_blocks`` blocks
     (plus the scratch block) and decode graphs captured for ``graph_buckets``."""
-    d, f, layers = config.hidden_size, config.intermediate_size, config.num_layers
-    full = config.num_parameters() * dtype_bytes
-    qkv = config.q_size + 2 * config.kv_size
-    fused = layers * (qkv * d + 2 * f * d + (qkv if config.attention_bias else 0))
-    largest = max(config.vocab_size, f, config.q_size) * d  # drawn in float32, then scaled
-    local = local_config(config, tp)
-    kv = (num_blocks + 1) * block_size * local.kv_bytes_per_token(dtype_bytes)
-    logits = sum(graph_buckets) * config.vocab_size * 4 * (2 if tp > 1 else 1)  # float32
-    return RankMemory(full_weights=full, build_extra=fused * dtype_bytes + 2 * largest * 4,
+    full = memory.weight_bytes(config, dtype_bytes)
+    kv = memory.kv_pool_bytes(local_config(config, tp), num_blocks, block_size, dtype_bytes)
+    logits = memory.logits_bytes(config, graph_buckets) * (2 if tp > 1 else 1)
+    return RankMemory(full_weights=full, build_extra=memory.build_extra_bytes(config, dtype_bytes),
                       shard=0 if tp == 1 else -(-full // tp), kv_pool=kv, logits=logits)
 
 
@@ -97,11 +91,9 @@ def decide(needs: dict[int, int], free: int | None) -> list[Fit]:
 
 
 def free_bytes(device) -> int | None:
-    """Device memory this process can still use: free on the device plus what PyTorch's
-    caching allocator holds unused. None on a CPU."""
-    if device.type != "cuda":
-        return None
-    import torch
+    """Device memory this process can still use (``core.device.gpu_memory``: with
+    ``DECODELAB_GPU_MEMORY_GIB``'s limit). None on a CPU."""
+    from decodelab.core.device import gpu_memory
 
-    free, _ = torch.cuda.mem_get_info(device)
-    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    memory = gpu_memory(device)
+    return None if memory is None else memory[0]

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import pandas as pd
 
-from decodelab.core.params import NotebookParams as BaseParams
+from decodelab.core.params import ModelParams as BaseParams
 from decodelab.core.params import param
 
 __all__ = ["NotebookParams", "collectives_prose", "crossover_prose", "load_tables", "local_plan",
@@ -25,7 +25,8 @@ TABLES = ("tp", "tp_collectives", "tp_profile")
 
 @dataclass(frozen=True, slots=True)
 class NotebookParams(BaseParams):
-    """Parameters of notebook 06_multi_gpu (``profile`` and ``interactive`` come from the base)."""
+    """Parameters of notebook 06_multi_gpu (``profile``, ``interactive`` and ``dtype`` come from
+    the base)."""
 
     NOTEBOOK: ClassVar[str] = "06_multi_gpu"
 
@@ -46,10 +47,14 @@ def local_plan(profile: str) -> tuple[str, str]:
     return ("smoke" if profile == "smoke" else "cpu"), "gloo"
 
 
-def _bench_on_rank(world, profile: str, out_dir: str) -> list[Path]:
+def _bench_on_rank(world, profile: str, out_dir: str, dtype: str) -> list[Path]:
+    from dataclasses import replace
+
     from decodelab.parallel.bench import TPBenchConfig, run
 
-    return run(TPBenchConfig.for_profile(profile), world, Path(out_dir))
+    cfg = TPBenchConfig.for_profile(profile)
+    return run(replace(cfg, dtype=dtype if world.device.type == "cuda" else cfg.dtype), world,
+               Path(out_dir))
 
 
 def run_local_bench(params: NotebookParams, ranks: int = 2) -> list[Path]:
@@ -59,7 +64,7 @@ def run_local_bench(params: NotebookParams, ranks: int = 2) -> list[Path]:
     if not params.run_bench:
         return []
     profile, backend = local_plan(params.profile)
-    return run_on_ranks(_bench_on_rank, ranks, profile, str(paths.local_dir()),
+    return run_on_ranks(_bench_on_rank, ranks, profile, str(paths.local_dir()), params.dtype,
                         backend=backend) or []
 
 

@@ -42,10 +42,11 @@ from pathlib import Path
 
 import torch
 
+from decodelab.core.device import sized
 from decodelab.core.profiles import on_bench_device
 from decodelab.core.results import stamped, write_table
 from decodelab.engine.bench import checks, sampler_timing, step_timing, workload
-from decodelab.engine.bench.config import SPARE_BLOCKS, RuntimeBenchConfig, graph_buckets
+from decodelab.engine.bench.config import RuntimeBenchConfig, graph_buckets
 from decodelab.engine.bench.rows import BatchRow, RuntimeRow, StepRow
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.sampler import use_fused
@@ -62,8 +63,7 @@ def _setup(cfg: RuntimeBenchConfig, dev: torch.device):
     dtype = getattr(torch, cfg.dtype)
     weights = random_weights(mcfg, 0, dtype=dtype, device=dev)
     per_seq = blocks_needed(cfg.max_model_len, cfg.block_size)
-    cache = PagedKVCache(mcfg, max(cfg.batches) * per_seq + SPARE_BLOCKS, cfg.block_size,
-                         dtype=dtype, device=dev)
+    cache = PagedKVCache(mcfg, cfg.num_blocks, cfg.block_size, dtype=dtype, device=dev)
     model = PagedLlama(mcfg, weights, cache)
     graphs = None
     if dev.type == "cuda":
@@ -72,9 +72,12 @@ def _setup(cfg: RuntimeBenchConfig, dev: torch.device):
     return model, graphs
 
 
-def bench(profile: str, out_dir: Path) -> list[Path]:
+def bench(profile: str, out_dir: Path, dtype: str = "auto") -> list[Path]:
+    """``dtype``: ``core.precision``'s choice; the batches fit the GPU's free memory
+    (``RuntimeBenchConfig.on_device``)."""
     cfg = RuntimeBenchConfig.for_profile(profile)
-    return on_bench_device(cfg.profile, lambda dev: _bench(cfg, dev, out_dir))
+    return on_bench_device(cfg.profile,
+                           lambda dev: _bench(sized(cfg, dev, dtype), dev, out_dir))
 
 
 def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Path]:

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from decodelab.core.device import gpu_memory, run_dtype
 from decodelab.core.profiles import on_bench_device
 from decodelab.core.results import stamped, write_table
 from decodelab.engine.bench import serve_ceilings
@@ -60,9 +61,16 @@ from decodelab.model.weights import random_weights
 NAN = math.nan
 
 
-def bench(profile: str, out_dir: Path) -> list[Path]:
+def bench(profile: str, out_dir: Path, dtype: str = "auto") -> list[Path]:
+    """``dtype``: ``core.precision``'s choice for the device it runs on (``auto``: bf16 from
+    sm_80, fp16 below, fp32 on the CPU)."""
     cfg = ServeBenchConfig.for_profile(profile)
-    return on_bench_device(cfg.profile, lambda dev: _bench(cfg, dev, out_dir))
+
+    def body(dev: torch.device) -> list[Path]:
+        return _bench(dataclasses.replace(cfg, dtype=run_dtype(dtype, dev.type, "serve.dtype")),
+                      dev, out_dir)
+
+    return on_bench_device(cfg.profile, body)
 
 
 def _kv_blocks(cfg: ServeBenchConfig, mcfg, dtype: torch.dtype, dev: torch.device) -> int:
@@ -71,7 +79,7 @@ def _kv_blocks(cfg: ServeBenchConfig, mcfg, dtype: torch.dtype, dev: torch.devic
     if dev.type != "cuda":
         return cfg.max_num_seqs * blocks_needed(cfg.max_model_len, cfg.block_size) + SPARE_BLOCKS
     torch.cuda.empty_cache()  # memory the allocator holds unused counts as free
-    free, _ = torch.cuda.mem_get_info(dev)
+    free, _ = gpu_memory(dev)  # DECODELAB_GPU_MEMORY_GIB's limit, where set
     return PagedKVCache.blocks_for_memory(mcfg, cfg.block_size, dtype,
                                           free - int(cfg.kv_margin_gib * 2**30))
 

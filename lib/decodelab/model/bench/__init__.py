@@ -38,6 +38,7 @@ from pathlib import Path
 
 import torch
 
+from decodelab.core.device import sized
 from decodelab.core.profiles import on_bench_device
 from decodelab.core.results import stamped, write_table
 from decodelab.core.timing import copy_bandwidth_gb_s, median_times
@@ -97,9 +98,12 @@ def _serial_graphs(model: PagedLlama, cfg: PagedModelBenchConfig, width: int,
     return {SERIAL: graphs}
 
 
-def bench(profile: str, out_dir: Path) -> list[Path]:
+def bench(profile: str, out_dir: Path, dtype: str = "auto") -> list[Path]:
+    """``dtype``: ``core.precision``'s choice (``auto``: bf16 from sm_80, fp16 below, fp32 on
+    the CPU); the sizes fit the GPU's free memory (``PagedModelBenchConfig.on_device``)."""
     cfg = PagedModelBenchConfig.for_profile(profile)
-    return on_bench_device(cfg.profile, lambda dev: _bench(cfg, dev, out_dir))
+    return on_bench_device(cfg.profile,
+                           lambda dev: _bench(sized(cfg, dev, dtype), dev, out_dir))
 
 
 def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list[Path]:
