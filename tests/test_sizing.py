@@ -109,3 +109,43 @@ def test_tp_uses_the_same_headroom():
     assert est.need == need_bytes(est.peak)
     fits = decide({1: est.need}, 15 * GIB)
     assert not fits[0].runs and "GiB per rank" in fits[0].reason  # 16 GB of weights on a T4
+
+
+def test_the_memory_limit_caps_what_the_sizing_sees(monkeypatch):
+    """``DECODELAB_GPU_MEMORY_GIB=15`` on a (pretended) 141 GiB GPU: the allocator is capped at
+    15/141 of it and the free memory the sizing reads is at most 15 GiB less what is in use."""
+    import torch
+
+    from decodelab.core import device
+
+    applied = []
+
+    class Props:
+        total_memory = 141 * GIB
+
+    for name, fn in (("is_available", lambda: True), ("current_device", lambda: 0),
+                     ("mem_get_info", lambda i: (130 * GIB, 141 * GIB)),
+                     ("memory_reserved", lambda i: 3 * GIB), ("memory_allocated", lambda i: 2 * GIB),
+                     ("get_device_properties", lambda i: Props()),
+                     ("set_per_process_memory_fraction", lambda f, i: applied.append((f, i)))):
+        monkeypatch.setattr(torch.cuda, name, fn)
+    device._apply_memory_limit.cache_clear()
+    try:
+        assert device.gpu_memory("cuda") == (131 * GIB, 141 * GIB)  # unused reserved counts
+        assert not applied
+        monkeypatch.setenv(device.MEMORY_LIMIT_ENV, "15")
+        assert device.gpu_memory("cuda") == (13 * GIB, 15 * GIB)
+        assert applied == [(15 / 141, 0)]
+        for bad in ("0", "-2", "lots", "inf", "nan"):
+            monkeypatch.setenv(device.MEMORY_LIMIT_ENV, bad)
+            with pytest.raises(ConfigError, match=f"DECODELAB_GPU_MEMORY_GIB='{bad}': must be"):
+                device.gpu_memory("cuda")
+    finally:
+        device._apply_memory_limit.cache_clear()
+
+
+def test_no_gpu_no_memory(monkeypatch):
+    from decodelab.core.device import gpu_memory, sizing_device
+
+    monkeypatch.setenv("DECODELAB_GPU_MEMORY_GIB", "15")
+    assert gpu_memory("cpu") is None and sizing_device("cpu") is None
