@@ -122,7 +122,8 @@ if stages is not None:
         if len(table):
             fig = persistent_plots.stage_breakdown(stages, name)
             plots.save(fig, f"03_stages_{name}")
-            display(plots.show_table(table, caption=f"{name}: cycles per step by stage."))
+            display(plots.show_table(table, caption=f"{name}: cycles per step by stage.",
+                                     units=dict.fromkeys(table.columns, "cycles")))
 
 # %% [markdown]
 # ## What the SM waits on (Nsight Compute)

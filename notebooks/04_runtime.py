@@ -176,8 +176,9 @@ if "runtime_requests" in tables:
 if "runtime_errors" in tables:
     errors = tables["runtime_errors"].pivot_table(index=["kind", "name"], columns="origin",
                                                   values="count", aggfunc="sum")
-    display(show_table(errors.rename(columns=plots.origin_label),
-                       caption="The engine's error counts by class and origin."))
+    errors = errors.rename(columns=plots.origin_label)
+    display(show_table(errors, caption="The engine's error counts by class and origin.",
+                       units=dict.fromkeys(errors.columns, "count")))
 
 # %% [markdown]
 # ## Serving: the engine under the field's workloads

@@ -42,8 +42,9 @@ from decodelab.analysis import compute_view as cv
 from decodelab.analysis import notebook as nb
 from decodelab.analysis.compute_floor import ceiling_note, copy_stands_in
 from decodelab.analysis.compute_split import split_compute
+from decodelab.analysis.conclusions import conclusions
 from decodelab.analysis.decompose import regime_markdown
-from decodelab.analysis.findings import conclusions, findings
+from decodelab.analysis.findings import findings
 from decodelab.analysis.load import LOAD_LABELS, load_table, load_text, loads
 from decodelab.analysis.notebook import NotebookParams
 from decodelab.analysis.regimes import serial_transformer_us
@@ -124,8 +125,9 @@ if splits:
         f"Computed from {origin_name}." + (" Not split: " + "; ".join(split_notes) + "."
                                            if split_notes else ""))))
 serial_us = serial_transformer_us(tables, params.headline)
-display(Markdown(ceiling_note(tables) + "\n\n" + cv.toy_lines(splits) + "\n\n"
-                 + cv.transformer_verdict(splits, regimes, serial_us, copy_stands_in(tables))))
+verdict = cv.transformer_verdict(splits, regimes, serial_us, copy_stands_in(tables))
+display(Markdown("\n\n".join(filter(None, [ceiling_note(tables), cv.toy_lines(splits),
+                                             verdict]))))
 
 # %% [markdown]
 # ## How each term is measured
@@ -187,7 +189,8 @@ if yours is None:
                      "decomposed."))
 else:
     decomposition_figure(yours.terms, yours.table, "One decode step, layer by layer: this machine")
-    display(show_table(nb.side_by_side(table, yours.table, origin_name, "this machine")))
+    display(show_table(nb.side_by_side(table, yours.table, origin_name, "this machine"),
+                       units=nb.side_by_side_units(origin_name, "this machine")))
 
 # %% [markdown]
 # In JupyterLab (`interactive=True`), choose the toy config the toy regimes are read at; the

@@ -9,8 +9,9 @@ import pytest
 import synthetic
 
 from decodelab.analysis import notebook as report_nb
+from decodelab.analysis.conclusions import conclusions
 from decodelab.analysis.decompose import decompose, regime_table
-from decodelab.analysis.findings import conclusions, findings, findings_frame
+from decodelab.analysis.findings import findings, findings_frame
 from decodelab.analysis.layers import Tables
 from decodelab.analysis.seed_table import seed_table
 from decodelab.dispatch import notebook as dispatch_nb
@@ -159,6 +160,8 @@ def test_side_by_side_pairs_regimes_measured_on_both():
     both = report_nb.side_by_side(ours, yours, "H200", "this machine").set_index("regime")
     assert list(both.index) == ["eager", "graph"]
     assert both["step ratio (yours / ours)"].tolist() == [2.0, 2.0]
+    assert set(report_nb.side_by_side_units("H200", "this machine")) >= set(both.columns) - {
+        "regime", "H200: dominant", "this machine: dominant"}
 
 
 def test_local_gpu_uses_gpu_rows_only(tmp_path, monkeypatch):

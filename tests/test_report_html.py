@@ -111,6 +111,36 @@ def assert_reads_as_a_document(check: dict, report_html: str) -> None:
     assert outside == [], f"paths outside the repository: {outside[:5]}"
 
 
+_TABLE = re.compile(r'<table[^>]*data-units="([^"]*)"[^>]*>(.*?)</table>', re.S)
+_ROW = re.compile(r"<tr[^>]*>(.*?)</tr>", re.S)
+_CELL = re.compile(r"<td[^>]*>(.*?)</td>", re.S)
+_NOT_A_SHARE = ("ns", "us", "ms", "s", "cycles", "count", "bytes", "MiB", "GiB", "GB/s", "TB/s",
+                "TFLOP/s", "tokens/s", "steps/s", "req/s")
+
+
+def unit_problems(report_html: str) -> list[str]:
+    """Every table show_table rendered, cell by cell against its column's declared unit: a
+    count or a time never written as a percentage or a ratio, a fraction always as a
+    percentage, a ratio always with "x", and no numeric column without a declared unit."""
+    problems = []
+    for units, body in _TABLE.findall(report_html):
+        kinds = units.split("|")
+        for row in _ROW.findall(body):
+            cells = [html.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in _CELL.findall(row)]
+            for kind, cell in zip(kinds, cells, strict=False):
+                if cell in ("–", ""):
+                    continue
+                if kind == "none":
+                    problems.append(f"undeclared unit: {cell!r} in {cells[:3]}")
+                elif kind in _NOT_A_SHARE and cell.endswith(("%", "x")):
+                    problems.append(f"{kind} written as {cell!r} in {cells[:3]}")
+                elif kind == "fraction" and not cell.endswith("%"):
+                    problems.append(f"fraction written as {cell!r} in {cells[:3]}")
+                elif kind == "ratio" and not cell.endswith("x"):
+                    problems.append(f"ratio written as {cell!r} in {cells[:3]}")
+    return problems
+
+
 def _png_outputs(executed: Path) -> int:
     import nbformat
 
@@ -157,6 +187,7 @@ def test_report_notebook_shows_the_decomposition_from_reference(synthetic_05):
     assert "tensor parallel" in text and "comm" in text
     assert text.index('id="summary"') < text.index('id="05_report"') < text.index(
         'id="conclusions"')
+    assert text.count("data-units=") >= 3 and unit_problems(text) == []
 
 
 def test_report_notebook_without_data_says_so(tmp_path):
@@ -202,6 +233,9 @@ def test_full_report_builds_on_cpu(full_report):
         assert f'id="{name}"' in text
     pngs = sum(_png_outputs(p) for p in executed)
     assert text.count("data:image/png;base64,") >= pngs >= 1
+    # every table of the report, written by its columns' declared units (issue 25.8)
+    assert text.count("data-units=") >= 30
+    assert unit_problems(text) == []
 
 
 @pytest.mark.slow

@@ -40,12 +40,13 @@ def test_columns_get_labels_with_units():
     assert column_label("graph_mem_mib") == "graph mem (MiB)"
     assert column_label("origin") == "source"
     assert column_label("kernel") == "kernel"
+    assert column_label("seed_steps_per_s") == "seed (steps/s)"  # was "seed steps per (s)"
 
 
 def test_show_table_hides_the_index_formats_and_notes_missing_values():
     frame = pd.DataFrame({"origin": ["reference/h200", "local"], "wall_us_per_step": [507223.07, 1.5],
                           "roofline_fraction": [0.5692, math.nan], "ratio_to_bare": [1.4271, 1.0],
-                          "of_copy": [0.747, 0.05],
+                          "of_ceiling": [0.747, 0.05],
                           "batch": [1, 128000], "validated": [True, False],
                           "kernel": ["void f<int>(x)", "g"]}, index=[52, 53])
     styler = show_table(frame, caption="Synthetic rows.")
@@ -103,3 +104,52 @@ def test_palette_one_colour_per_quantity():
     assert palette.origin_label("reference/h200x2") == "2× H200 (shipped reference)"
     assert palette.origin_label("reference/t4") == "T4 (shipped reference)"
     assert palette.origin_label("local") == "this machine"
+
+
+def test_units_come_from_declarations_not_from_column_names():
+    """Issue 25.8: a count whose name contains "share" is a count, a time whose name contains
+    "ratio" is a time; a share or ratio is one only where its unit is declared."""
+    frame = pd.DataFrame({"shared_wavefronts_per_step": [39009.2895, 16143.6765],
+                          "orchestration_us": [130.25, 253.07],
+                          "an_undeclared_share": [0.25, 0.5],
+                          "bytes_per_step": [2472966656.0, 16777216.0],
+                          "calls_per_step": [65.0, 16.0]})
+    styler = show_table(frame)
+    assert _cells(styler) == [["39,009", "130", "0.25", "2.47 GB", "65"],
+                              ["16,144", "253", "0.5", "16.8 MB", "16"]]
+    assert 'data-units="count|us|none|bytes|count"' in styler.to_html()
+    declared = show_table(frame[["an_undeclared_share"]], units={"an_undeclared_share": "fraction"})
+    assert _cells(declared) == [["25%"], ["50%"]]
+
+
+def test_every_declared_unit_is_known_and_no_column_has_two():
+    from decodelab.core.units import UNITS
+    from decodelab.plots.units import column_units
+
+    units = column_units()  # raises on a column declared with two units
+    assert set(units.values()) <= set(UNITS)
+    assert units["roofline_fraction"] == "fraction" and units["ratio_to_bare"] == "ratio"
+    assert units["shared_wavefronts_per_step"] == "count"
+
+
+def test_every_numeric_field_of_the_row_dataclasses_declares_a_unit():
+    """The row modules' UNITS cover every numeric field of their rows, so a new column cannot
+    be added without saying what it measures."""
+    import dataclasses
+    import importlib
+    import typing
+
+    from decodelab.plots.units import ROW_MODULES, unit_of
+
+    missing = []
+    for name in ROW_MODULES:
+        module = importlib.import_module(name)
+        for cls in vars(module).values():
+            if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)
+                    and cls.__module__ == name and cls.__name__.endswith("Row")):
+                continue
+            for field, hint in typing.get_type_hints(cls).items():
+                numeric = hint in (int, float) or float in typing.get_args(hint)
+                if numeric and unit_of(field) is None:
+                    missing.append(f"{cls.__name__}.{field}")
+    assert missing == []

@@ -115,6 +115,14 @@ def side_by_side(ours: pd.DataFrame, yours: pd.DataFrame, ours_name: str,
         "ratio": "step ratio (yours / ours)"})
 
 
+def side_by_side_units(ours_name: str, yours_name: str) -> dict[str, str]:
+    """The units of :func:`side_by_side`'s columns (named after the two sources)."""
+    units = {"step ratio (yours / ours)": "ratio"}
+    for name in (ours_name, yours_name):
+        units |= {f"{name}: µs per step": "us", f"{name}: share": "fraction"}
+    return units
+
+
 def transitions(regimes: list[Regime], tables: Tables | None = None,
                 headline: Headline | None = None) -> list[str]:
     """What removing each layer revealed, read off consecutive regimes (tensor parallelism

@@ -123,3 +123,23 @@ class SkipRow:
     bench_s: float = NAN
     world_size: int = 0
 
+
+
+# Each table's column units (core.units), the numeric columns of the rows above, which
+# plots.tables formats by.
+UNITS: dict[str, dict[str, str]] = {
+    "tp": {"tp": "count", "batch": "count", "bucket": "count", "context": "count",
+           "ms_per_step": "ms", "device_ms_per_step": "ms", "host_ms_per_step": "ms",
+           "tokens_per_s": "tokens/s", "ms_no_comm": "ms", "comm_ms": "ms",
+           "ms_comm_alone": "ms", "all_reduces_per_step": "count", "all_reduce_bytes": "bytes",
+           "all_gather_bytes": "bytes", "bytes_per_rank": "bytes", "copy_gb_s": "GB/s",
+           "roofline_fraction": "fraction", "capture_s": "s", "graph_mem_mib": "MiB",
+           "max_rel_err_vs_tp1": "number", "graph_equals_eager": "text", "bench_s": "s",
+           "world_size": "count"},
+    "tp_collectives": {"ranks": "count", "nbytes": "bytes", "us_per_op": "us",
+                       "device_us_per_op": "us", "host_us_per_op": "us", "algbw_gb_s": "GB/s",
+                       "busbw_gb_s": "GB/s", "ops_per_sample": "count", "samples": "count"},
+    "tp_profile": {"rank": "number", "calls_per_step": "count", "host_us_per_step": "us",
+                   "device_us_per_step": "us"},
+    "tp_skipped": {"need_gib": "GiB", "free_gib": "GiB"},
+}

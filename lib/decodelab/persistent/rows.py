@@ -165,3 +165,24 @@ class BarrierRow:
     us: float
     cycles: float
     sm_clock_ghz: float
+
+
+# Each table's column units (core.units), the numeric columns of the rows above, which
+# plots.tables formats by.
+UNITS: dict[str, dict[str, str]] = {
+    "persistent": {"hidden": "count", "layers": "count", "batch": "count", "vocab": "count",
+                   "flops_per_step": "count", "threads": "count", "group": "count",
+                   "blocks": "count", "k_steps": "count", "lanes_layer": "count",
+                   "rounds_layer": "count", "lanes_out": "count", "rounds_out": "count",
+                   "steps_per_launch": "count", "steps_per_s": "steps/s", "us_per_step": "us",
+                   "us_per_step_q1": "us", "us_per_step_q3": "us", "wall_us_per_step": "us",
+                   "host_us_total": "us", "host_us_per_step": "us", "host_fraction": "fraction",
+                   "cycles_per_step": "cycles", "sm_clock_ghz": "number",
+                   "clocked_cycles_per_step": "cycles", "validated_steps": "count",
+                   "stop_token": "number", "max_state_err": "number", "state_tol": "number",
+                   "barriers_per_step": "count", "barrier_us": "us", "barrier_cycles": "cycles",
+                   "model_cycles": "cycles", "model_us": "us", "model_err": "fraction",
+                   "peak_model_cycles": "cycles", "build_s": "s"},
+    "persistent_stages": {"index": "number", "work_cycles": "cycles", "wait_cycles": "cycles"},
+    "persistent_barriers": {"us": "us", "cycles": "cycles"},
+}

@@ -1,11 +1,13 @@
 """One look for every table a notebook shows: :func:`show_table`.
 
 A result table's own column names (``wall_us_per_step``, ``roofline_fraction``) are for code;
-a reader gets a label with its unit ("wall (µs/step)", "of roofline"), numbers rounded by
-what they measure (three significant digits for times, percentages for shares, ``x`` for
-ratios, thousands separators, never an exponent or six decimals), origins in words, missing
-values as "–" with a note saying so, no positional index, and cells that wrap instead of
-widening the page.
+a reader gets a label with its unit ("wall (µs/step)", "of roofline"), numbers written by the
+unit their column declares (:mod:`decodelab.plots.units`: three significant digits for times,
+percentages for fractions, ``x`` for ratios, whole numbers for counts, bytes in SI units,
+thousands separators, never an exponent or six decimals), origins in words, missing values as
+"–" with a note saying so, no positional index, and cells that wrap instead of widening the
+page. A column's name never decides that it is a share or a ratio: only its declared unit
+does. Each rendered table carries its columns' units (``data-units``) for the report's checks.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 import pandas as pd
 
 from decodelab.plots.palette import origin_label
+from decodelab.plots.units import unit_of
 
 MISSING = "–"
 MISSING_NOTE = f"{MISSING}: not measured, or not applicable to that row."
@@ -35,11 +38,10 @@ LABELS: dict[str, str] = {
 _UNITS: tuple[tuple[str, str], ...] = (
     ("_us_per_step", "µs/step"), ("_ms_per_step", "ms/step"), ("_us_per_op", "µs/op"),
     ("_us_per_call", "µs/call"), ("_us_per_token", "µs/token"), ("_gb_s", "GB/s"),
-    ("_tb_s", "TB/s"), ("_tok_s", "tokens/s"), ("_mib", "MiB"), ("_gib", "GiB"),
+    ("_tb_s", "TB/s"), ("_tok_s", "tokens/s"), ("_steps_per_s", "steps/s"), ("_per_s", "/s"),
+    ("_mib", "MiB"), ("_gib", "GiB"),
     ("_bytes", "bytes"), ("_us", "µs"), ("_ms", "ms"), ("_s", "s"),
 )
-_PERCENT_WORDS = ("share", "fraction", "_rel")
-_RATIO_WORDS = ("ratio", "speedup")
 _CSS = [
     {"selector": "", "props": "max-width: 100%; border-collapse: collapse; font-size: 0.85em; "
                               "margin-bottom: 0.6em;"},
@@ -87,23 +89,42 @@ def _percent(value: float) -> str:
     return f"{value:.1%}" if abs(value) < 0.1 else f"{value:.0%}"
 
 
-def formatter(name: str, column: pd.Series) -> Callable[[object], str]:
-    """How one column's cells are written, from its name and values."""
+def fmt_bytes(value: float) -> str:
+    """Bytes in SI units, three significant digits: 2,472,966,656 -> "2.47 GB"."""
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{fmt_number(value / scale)} {prefix}B"
+    return f"{value:.0f} B"
+
+
+def _whole(column: pd.Series) -> bool:
+    return pd.api.types.is_integer_dtype(column) or column.dropna().map(float.is_integer).all()
+
+
+def _integer(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.0f}"
+
+
+def formatter(name: str, column: pd.Series, unit: str | None = None) -> Callable[[object], str]:
+    """How one column's cells are written: by its declared ``unit`` (None: a plain number,
+    never a percentage or a ratio), origins and booleans in words."""
     lower = name.lower()
     if lower == "origin" or (lower == "source" and _origins(column)):
         return lambda v: origin_label(str(v))
     if pd.api.types.is_bool_dtype(column):
         return lambda v: "yes" if v else "no"
-    if not pd.api.types.is_numeric_dtype(column):
+    if not pd.api.types.is_numeric_dtype(column) or unit == "text":
         return str
-    if lower.startswith("r2"):
-        return lambda v: f"{v:.4f}"
-    if lower.startswith("of_") or any(w in lower for w in _PERCENT_WORDS):
+    if unit == "fraction":
         return _percent
-    if any(w in lower for w in _RATIO_WORDS):
+    if unit == "ratio":
         return lambda v: f"{v:,.2f}x"
-    if pd.api.types.is_integer_dtype(column) or column.dropna().map(float.is_integer).all():
-        return lambda v: f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.0f}"
+    if unit == "r2":
+        return lambda v: f"{v:.4f}"
+    if unit == "bytes":
+        return fmt_bytes
+    if _whole(column):
+        return _integer
     return fmt_number
 
 
@@ -144,18 +165,35 @@ def tidy(frame: pd.DataFrame, columns: Sequence[str] | Mapping[str, str] | None 
     return frame[list(labels)], labels
 
 
+def shown_units(rows: pd.DataFrame, units: Mapping[str, str] | None = None) -> list[str]:
+    """The unit each shown column is written by: declared (``units`` first, then
+    :func:`decodelab.plots.units.unit_of`), "text" for words and booleans, "none" for a
+    number no declaration covers (written as a plain number)."""
+    out = []
+    for c in rows.columns:
+        numeric = (pd.api.types.is_numeric_dtype(rows[c])
+                   and not pd.api.types.is_bool_dtype(rows[c]))
+        out.append((unit_of(str(c), dict(units or {})) or "none") if numeric else "text")
+    return out
+
+
 def show_table(frame: pd.DataFrame, columns: Sequence[str] | Mapping[str, str] | None = None,
-               *, caption: str = "", formats: Mapping[str, Callable[[object], str]] | None = None):
+               *, caption: str = "", formats: Mapping[str, Callable[[object], str]] | None = None,
+               units: Mapping[str, str] | None = None):
     """A pandas Styler of ``frame`` for display: ``columns`` picks (and, as a mapping, labels)
-    the columns; ``formats`` overrides how a column's cells are written. Missing values are
-    shown as "–" and the caption then says what that means."""
+    the columns; each is written by its declared unit (``units`` declares those a caller names
+    itself, e.g. a pivot's columns); ``formats`` overrides how a column's cells are written.
+    Missing values are shown as "–" and the caption then says what that means."""
     rows, labels = tidy(frame, columns)
     formats = dict(formats or {})
-    cells = {c: _cell(formats.get(c) or formatter(str(c), rows[c])) for c in rows.columns}
+    kinds = shown_units(rows, units)
+    cells = {c: _cell(formats.get(c) or formatter(str(c), rows[c], None if k == "none" else k))
+             for c, k in zip(rows.columns, kinds, strict=True)}
     shown = pd.DataFrame({labels[c]: rows[c].map(cells[c]) for c in rows.columns})
     note = MISSING_NOTE if rows.map(_missing).to_numpy().any() else ""
     styler = (shown.style.hide(axis="index").set_table_styles(_CSS).format(escape="html")
-              .format_index(escape="html", axis=1))
+              .format_index(escape="html", axis=1)
+              .set_table_attributes(f'data-units="{"|".join(kinds)}"'))
     numeric = [labels[c] for c in rows.columns
                if pd.api.types.is_numeric_dtype(rows[c]) and not pd.api.types.is_bool_dtype(rows[c])]
     text_cols = [label for label in shown.columns if label not in numeric]

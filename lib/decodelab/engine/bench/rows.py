@@ -189,3 +189,29 @@ class ErrorRow:
     block_size: int = 0
     graph_tokens_agree: float = NAN
     bench_s: float = NAN
+
+
+# Each table's column units (core.units), the numeric columns of the rows above, which
+# plots.tables formats by.
+UNITS: dict[str, dict[str, str]] = {
+    "runtime": {"batch": "count", "wall_us": "us", "wall_min_us": "us", "wall_max_us": "us",
+                "host_us": "us", "orchestration_us": "us", "sample_phase_us": "us",
+                "sync_wait_us": "us", "tokens_per_s": "tokens/s", "ratio_to_bare": "ratio",
+                "sampler_device_us": "us", "sampler_share": "fraction",
+                "sample_phase_share": "fraction", "device_ops_per_step": "count",
+                "launches_per_step": "count", "target_ratio": "ratio",
+                "target_sampler_share": "fraction", "block_size": "count",
+                "graph_tokens_agree": "fraction", "bench_s": "s"},
+    "runtime_steps": {"step": "count", "bucket": "count", "schedule_us": "us",
+                      "prepare_us": "us", "forward_us": "us", "sample_us": "us",
+                      "update_us": "us", "emit_us": "us", "emit_excl_wait_us": "us"},
+    "runtime_sampler": {"vocab": "count", "k_cand": "count", "device_us": "us",
+                        "issued_us": "us", "partial_vs_sort_agree": "fraction"},
+    "runtime_batch": {"engine_wall_us": "us", "bare_wall_us": "us", "engine_host_us": "us",
+                      "bare_host_us": "us"},
+    "runtime_requests": {"prompt_tokens": "count", "output_tokens": "count",
+                         "preemptions": "count", "ttft_s": "s", "tpot_s": "s", "e2e_s": "s",
+                         "ttft_ms": "ms", "tpot_ms": "ms", "arrival_rate": "req/s",
+                         "workload_s": "s", "throughput_tok_s": "tokens/s"},
+    "runtime_errors": {"count": "count"},
+}

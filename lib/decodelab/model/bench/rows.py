@@ -88,3 +88,20 @@ class LinearRow:
     us: float
     weight_gb_s: float
     chosen: bool  # the candidate the model uses for this shape
+
+
+# Each table's column units (core.units), the numeric columns of the rows above, which
+# plots.tables formats by.
+UNITS: dict[str, dict[str, str]] = {
+    "paged_model": {"batch": "count", "context": "count", "ms_per_step": "ms",
+                    "device_ms_per_step": "ms", "host_ms_per_step": "ms",
+                    "tokens_per_s": "tokens/s", "bytes_per_step": "bytes",
+                    "achieved_gb_s": "GB/s", "copy_gb_s": "GB/s", "roofline_fraction": "fraction",
+                    "capture_s": "s", "graph_mem_mib": "MiB", "bucket": "count",
+                    "compile_s": "s", "max_rel_err": "number", "block_size": "count",
+                    "bench_s": "s"},
+    "paged_model_kernels": {"calls_per_step": "count", "us_per_step": "us", "share": "fraction"},
+    "paged_model_gemm": {"n": "count", "k": "count", "rows": "count", "us": "us",
+                         "weight_gb_s": "GB/s"},
+    "paged_model_linear": {"n": "count", "k": "count", "us": "us", "weight_gb_s": "GB/s"},
+}
