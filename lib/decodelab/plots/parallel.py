@@ -73,8 +73,10 @@ def step_decomposition(tp: pd.DataFrame, mode: str = "graph") -> plt.Figure:
         ax.set_xticks(list(x), labels=batches)
         ax.set(xlabel="batch", ylabel="ms per step",
                title=f"{origin_label(origin)}\n{model}, {mode}")
-        ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()  # below the panels, over no bar
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 
