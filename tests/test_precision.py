@@ -4,6 +4,7 @@ parameters and the command line, and float16 on the model's torch path (the tiny
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import subprocess
@@ -47,12 +48,10 @@ def test_names_are_checked_against_the_device():
 
 @pytest.mark.parametrize("cls", [PagedModelBenchConfig, RuntimeBenchConfig, TPBenchConfig])
 def test_bench_configs_take_float16_and_refuse_other_names(cls):
-    from dataclasses import replace
-
     cfg = cls.for_profile("gpu")
-    assert replace(cfg, dtype="float16").dtype == "float16"
+    assert dataclasses.replace(cfg, dtype="float16").dtype == "float16"
     with pytest.raises(ConfigError, match=f"{cls.__name__}.dtype='float64'"):
-        replace(cfg, dtype="float64")
+        dataclasses.replace(cfg, dtype="float64")
 
 
 def test_on_device_resolves_the_dtype_there():
@@ -169,3 +168,18 @@ def test_a_model_phase_runs_in_float16_and_says_so_in_every_row(phase, table, tm
     run_phase(phase, "smoke", tmp_path, dtype="float16")
     rows = pd.read_csv(tmp_path / f"{table}.csv")
     assert len(rows) and set(rows["dtype"]) == {"float16"}
+
+
+def test_report_gives_the_dtype_to_the_notebooks_that_run_the_model(monkeypatch, tmp_path):
+    from decodelab import notebooks, report
+
+    ran = {}
+    monkeypatch.setattr(notebooks, "run", lambda name, params, out, progress: ran.update(
+        {name: params}) or tmp_path / f"{name}.ipynb")
+    monkeypatch.setattr(report, "export", lambda executed, path, profile: path)
+    assert main(["report", "--profile", "cpu", "--dtype", "float16", "--out", str(tmp_path)]) == 0
+    assert set(ran) == set(notebooks.available())
+    takes = {n for n in ran
+             if "dtype" in {f.name for f in dataclasses.fields(notebooks.params_class(n))}}
+    assert takes == {"04_model", "04_runtime", "06_multi_gpu"}
+    assert all(ran[n].get("dtype") == ("float16" if n in takes else None) for n in ran)

@@ -149,3 +149,35 @@ def test_no_gpu_no_memory(monkeypatch):
 
     monkeypatch.setenv("DECODELAB_GPU_MEMORY_GIB", "15")
     assert gpu_memory("cpu") is None and sizing_device("cpu") is None
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_limit_holds_and_the_plans_read_the_real_device():
+    """In a child process (the cap is process-wide): DECODELAB_GPU_MEMORY_GIB=2 caps what the
+    sizing sees and what the allocator gives; the shared-memory limit the attention plans read
+    is the one Triton checks a launch against; the capability is torch's."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import torch
+from decodelab.core import device
+from decodelab.model.triton.attention_plan import shared_per_block
+free, total = device.gpu_memory("cuda")
+assert total == 2 * 2**30 and 0 < free <= total, (free, total)
+d = device.sizing_device("cuda")
+assert d.capability == torch.cuda.get_device_capability(0) == device.compute_capability()
+import triton
+props = triton.runtime.driver.active.utils.get_device_properties(0)
+assert shared_per_block(torch.device("cuda")) == props["max_shared_mem"], props
+try:
+    torch.empty(3 * 2**30, dtype=torch.uint8, device="cuda")
+except torch.OutOfMemoryError:
+    print("capped")
+"""
+    env = {**os.environ, "DECODELAB_GPU_MEMORY_GIB": "2"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "capped"

@@ -8,6 +8,7 @@ measurement starts and before any file is written.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -126,17 +127,20 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from decodelab import notebooks, report
 
     profile = _check_profile(args.profile)
-    params = {"profile": profile, "interactive": False,
-              "dtype": _check_dtype(args.dtype, profile)}
+    dtype = _check_dtype(args.dtype, profile)
     names = notebooks.available()
+    params = {}
     for name in names:  # validate every notebook's parameters before running any
-        notebooks.validate_parameters(name, params)
+        fields = {f.name for f in dataclasses.fields(notebooks.params_class(name))}
+        params[name] = {"profile": profile, "interactive": False,
+                        **({"dtype": dtype} if "dtype" in fields else {})}  # the model's
+        notebooks.validate_parameters(name, params[name])
     out_dir = Path(args.out) if args.out else paths.local_dir() / "report"
     t0 = time.perf_counter()
     executed = []
     for name in tqdm(names, desc="notebooks", unit="nb"):
         t_nb = time.perf_counter()
-        executed.append(notebooks.run(name, params, out_dir / "executed", progress=False))
+        executed.append(notebooks.run(name, params[name], out_dir / "executed", progress=False))
         tqdm.write(f"{name}: {time.perf_counter() - t_nb:.0f} s")
     path = report.export(executed, out_dir / REPORT_FILE, profile)
     print(f"report ({profile}, {time.perf_counter() - t0:.0f} s): {path.resolve()}")
