@@ -73,9 +73,10 @@ display(Markdown(f"Cache blocks free at the end: **{pool['free']} of {pool['tota
 # ## Measure this machine
 #
 # On a CPU this runs the tiny model for real (seconds); on a GPU with the `gpu` profile, the
-# Llama-3.2-1B shapes in bf16. Results go to `data/local/` and are shown next to the shipped
-# H200 reference (`data/reference/h200/`), each labelled by origin. The bench's progress lines
-# show while the cell runs; failures and skips it reports are listed below it.
+# Llama-3.2-1B shapes in `dtype` (auto: bf16 from sm_80, fp16 on a T4). Results go to
+# `data/local/` and are shown next to the shipped H200 reference (`data/reference/h200/`), each
+# labelled by origin. The bench's progress lines show while the cell runs; failures and skips
+# it reports are listed below it.
 
 # %%
 written, problems = nb.run_local_bench(params)
@@ -190,7 +191,7 @@ if "runtime_errors" in tables:
 # 512). **Online**, the same requests arriving as a Poisson process at fractions of the
 # offline run's request rate, submitted by the bench's own loop at their arrival times
 # (open loop: a slow engine does not slow the arrivals down). On a GPU this is Llama-3.2-1B in
-# bf16 with 256 rows and a KV cache sized from the free memory; on a CPU the tiny model on
+# `dtype` with 256 rows and a KV cache sized from the free memory; on a CPU the tiny model on
 # smaller workloads of the same shape. Each runs on two engines, one line of the bench's
 # config apart: `engine` prefills whole prompts, `chunked` splits them into chunks that fill
 # the step's token budget left by the decode rows (`EngineConfig.chunked_prefill`); both

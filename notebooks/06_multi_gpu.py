@@ -29,9 +29,9 @@
 # captured as one CUDA graph per batch bucket.
 #
 # The measurements (`make bench-gpu-tp`, which runs `python -m decodelab bench tp` under
-# `torchrun`) time, for the Llama-3.2-1B and Llama-3.1-8B shapes (bf16, random weights, 512
-# tokens of context per sequence): the step at TP=1 and TP=2, eager and graph; the TP=2 step
-# with its collectives replaced by local stand-ins of the same shape (what is left is
+# `torchrun`) time, for the Llama-3.2-1B and Llama-3.1-8B shapes (bf16 on H200s, random weights,
+# 512 tokens of context per sequence): the step at TP=1 and TP=2, eager and graph; the TP=2
+# step with its collectives replaced by local stand-ins of the same shape (what is left is
 # compute); the same collectives alone; and an all-reduce sweep over message sizes.
 # Before anything is timed, TP=2's logits are checked against TP=1's on the same weights.
 
