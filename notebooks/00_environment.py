@@ -33,10 +33,10 @@ from IPython.display import Markdown, display
 
 from decodelab import plots
 from decodelab.core.device import collect_info
-from decodelab.core.results import has_table, load_table, to_frame, write_table
+from decodelab.core.results import has_table, load_table, write_table
 from decodelab.env.calibrate import calibrate, spread_warning
 from decodelab.env.ceilings import MEASURE, lacking_read_ceiling
-from decodelab.env.notebook import NotebookParams
+from decodelab.env.notebook import NotebookParams, machine_table
 from decodelab.plots import show_table
 from decodelab.plots.environment import ceilings_figure, ceilings_markdown
 
@@ -47,8 +47,7 @@ plots.use_style()
 # ## The machine
 
 # %%
-machine = to_frame([collect_info()]).T.rename(columns={0: "value"}).rename_axis("field")
-show_table(machine)
+show_table(machine_table(collect_info()))
 
 # %% [markdown]
 # ## Calibrations
@@ -78,13 +77,14 @@ else:
             "a read-only kernel can beat them; every such floor says so. Measure it on the GPU "
             f"with `{MEASURE.format(device='<device>')}` (e.g. `h200`)."))
     local = table[table["origin"] == "local"]
-    spread = spread_warning(local) if not local.empty else []
-    if spread:
+    if not local.empty:
+        spread = spread_warning(local)
         display(Markdown(
-            "**Spread warning** (this machine): " + "; ".join(spread) + ". Other processes "
-            "share this machine's cores and memory, so its ceilings move with their load "
-            "(on a busy 2-core host, a few-fold from one run to the next): read this "
-            "machine's figures as one sample, not as its ceiling."))
+            "**This machine's calibrations are one sample.** Other processes share its cores "
+            "and memory, so its ceilings move with their load from one run to the next (on a "
+            "busy small host, several-fold), beyond the quartiles of one run: compare its "
+            "figures with care, and re-run on an idle machine before trusting a digit."
+            + (" Within this run: " + "; ".join(spread) + "." if spread else "")))
 
 # %% [markdown]
 # One comparison: every ceiling on one logarithmic axis, this machine's bar beside each shipped

@@ -102,3 +102,25 @@ def test_the_report_says_which_ceiling_its_floors_use():
     measured = Tables({**tables.frames, "environment": pd.concat([env, read])}, tables.origin)
     assert not copy_stands_in(measured)
     assert ceiling_note(measured).startswith("The floors use the read ceiling, 2,000 GB/s")
+
+
+def test_the_machine_table_says_no_gpu_instead_of_blank_gpu_fields():
+    from dataclasses import replace
+
+    from decodelab.core.device import collect_info
+    from decodelab.env.notebook import GPU_FIELDS, machine_table
+
+    info = replace(collect_info(), gpu_name="", compute_capability="", sm_count=0)
+    rows = machine_table(info).set_index("field")["value"]
+    assert rows["gpu"].startswith("none") and not set(GPU_FIELDS) & set(rows.index)
+    gpu = machine_table(replace(info, gpu_name="NVIDIA H200", sm_count=132))
+    assert "gpu" not in set(gpu["field"]) and "132" in set(gpu["value"])
+
+
+def test_spread_warning_flags_quartiles_far_apart():
+    from decodelab.env.calibrate import spread_warning
+
+    rows = pd.DataFrame([{"quantity": "memory_copy_bandwidth", "unit": "GB/s", "q1": 3.0,
+                          "q3": 9.0}, {"quantity": "matmul_fp32", "unit": "TFLOP/s",
+                                       "q1": 1.0, "q3": 1.1}])
+    assert spread_warning(rows) == ["memory_copy_bandwidth: its quartiles span 3.0x (3 to 9 GB/s)"]

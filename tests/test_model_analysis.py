@@ -138,7 +138,7 @@ def test_prose_is_built_from_the_tables():
     assert "batch 1, context 64 (batch 2 at context 64 not measured here)" in moved
     assert "**2.5x**" in nb.peers_prose(analysis.vs_transformers(pm))
     kern = nb.kernel_prose(analysis.kernel_profile(_kernels(), _linear(), pm))
-    assert "5 kernels" in kern and "Attention takes 11%" in kern
+    assert "5 distinct kernels, 24 launches" in kern and "Attention takes 11%" in kern
     assert "4096" not in nb.attention_prose(analysis.attention_marginal(pm))
     assert "2.50 s" in nb.capture_prose(analysis.capture_cost(pm))
     for prose in (text, kern):

@@ -153,3 +153,10 @@ def test_every_numeric_field_of_the_row_dataclasses_declares_a_unit():
                 if numeric and unit_of(field) is None:
                     missing.append(f"{cls.__name__}.{field}")
     assert missing == []
+
+
+def test_code_spans_in_cells_and_captions_are_code_not_backticks():
+    frame = pd.DataFrame({"how": ["run `make bench-gpu` <now>"]})
+    html = show_table(frame, caption="Rows of table `dispatch`.").to_html()
+    assert "<code>make bench-gpu</code> &lt;now&gt;" in html
+    assert "table <code>dispatch</code>." in html and "`" not in html

@@ -148,7 +148,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m decodelab", description=__doc__.splitlines()[0])
+    # the docstring's first line without its reST markup: --help is read in a terminal
+    parser = _Parser(prog="python -m decodelab",
+                     description=__doc__.splitlines()[0].replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p = sub.add_parser("env", help="print device info and calibrations")
     p.add_argument("--profile", help=PROFILE_HELP)

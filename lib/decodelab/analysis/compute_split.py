@@ -65,8 +65,7 @@ NAN = math.nan
 TOY = ("eager", "graph", "multi-step graph", "persistent kernel")
 (FLOOR, FIXED, CHAINS, MATMUL_ABOVE, SMALL, ATTENTION_ABOVE, GAPS, OVERLAP, NOT_FURTHER,
  FORWARD) = COMPUTE_PARTS
-# The transformer's remainder, by the sign of compute - summed kernel time: its name and what
-# it holds.
+# The transformer's remainder by the sign of compute - summed kernel time: name, what it holds.
 REST_OF_MODEL = {1: (GAPS, "gaps between kernels"), 0: (GAPS, "none: compute is the kernels' sum"),
                  -1: (OVERLAP, "kernel overlap: the profiled kernels (launched one after "
                                "another) take longer than this step's device span, where "
@@ -148,9 +147,12 @@ def _persistent(tables: Tables, regime: Regime, h: Headline, compute: Term) -> P
     steps = float(best.get("steps_per_launch", NAN))
     if not steps >= 1:
         raise MissingData(f"{src} records no steps per launch")
-    weights = str(best.get("weights", ""))
+    weights = str(best.get("weights", ""))  # where W / W_out / E live (persistent.rows.Launch)
+    memory = {"shared": "shared memory", "global": "device memory", "peers": "peer blocks"}
+    where = ", ".join(f"{name} in {memory.get(place, place)}" for name, place in
+                      zip(("W", "W_out", "E"), weights.split("/"), strict=False))
     on_chip = ("; this kernel keeps its weights on chip across steps "
-               f"({weights}), so it reads fewer bytes per step from device memory: the floor "
+               f"({where}), so it reads fewer bytes per step from device memory: the floor "
                "is that of the step's work, the same for every toy regime"
                ) if "register" in weights or "shared" in weights else ""
     return _toy(tables, h, compute, 1.0 / steps, f"{src}, variant={best['variant']}",

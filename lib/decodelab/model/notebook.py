@@ -200,8 +200,8 @@ def kernel_prose(profile: pd.DataFrame) -> str:
         mm = sel[sel["role"].str.startswith("matmul")]
         attn = sel[sel["role"] == "attention"]
         parts = [f"- {_label(origin)} (batch {int(sel['batch'].iloc[0])}, context "
-                 f"{int(sel['context'].iloc[0])}): {len(sel)} kernels, {total:,.0f} µs of "
-                 "device time per step."]
+                 f"{int(sel['context'].iloc[0])}): {len(sel)} distinct kernels, "
+                 f"{sel['calls_per_step'].sum():,.0f} launches, {total:,.0f} µs per step."]
         if not mm.empty:
             rate = mm["bytes_per_step"].sum() / (mm["us_per_step"].sum() * 1e-6) / 1e12
             copy = (mm["tb_s"] / mm["of_ceiling"]).dropna()

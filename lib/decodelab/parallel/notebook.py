@@ -117,11 +117,13 @@ def crossover_prose(tp: pd.DataFrame) -> str:
         for r in crossover(tp, mode).itertuples():
             ties = (f"; a tie (within {TIE_MARGIN:.1%}) at batch "
                     f"{', '.join(map(str, r.ties))}" if r.ties else "")
+            pays = ("does not pay off **within the measured batches**"
+                    if pd.isna(r.pays_off_from) else
+                    f"pays off from **{_fmt_batch(r.pays_off_from)}**")
             lines.append(
-                f"- {origin_label(r.origin)}, `{r.model}`, {mode}: TP={r.tp} pays off from "
-                f"**{_fmt_batch(r.pays_off_from)}**; speed-up {r.speedup_smallest:.2f}x at batch "
-                f"{r.batch_smallest}, {r.speedup_largest:.2f}x at batch {r.batch_largest}"
-                f"{ties}.")
+                f"- {origin_label(r.origin)}, `{r.model}`, {mode}: TP={r.tp} {pays}; speed-up "
+                f"{r.speedup_smallest:.2f}x at batch {r.batch_smallest}, "
+                f"{r.speedup_largest:.2f}x at batch {r.batch_largest}{ties}.")
     return "\n".join(lines) or "No TP=1 / TP=n pair in the tables yet."
 
 

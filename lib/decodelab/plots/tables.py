@@ -12,8 +12,10 @@ does. Each rendered table carries its columns' units (``data-units``) for the re
 
 from __future__ import annotations
 
+import html
 import math
 import numbers
+import re
 from collections.abc import Callable, Mapping, Sequence
 
 import pandas as pd
@@ -128,6 +130,15 @@ def formatter(name: str, column: pd.Series, unit: str | None = None) -> Callable
     return fmt_number
 
 
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def markup(text: str) -> str:
+    """Plain text for an HTML cell or caption: escaped, and `code` spans (the Markdown the
+    prose uses) as <code> instead of literal backticks."""
+    return _CODE.sub(r"<code>\1</code>", html.escape(str(text), quote=False))
+
+
 def _cell(fmt: Callable[[object], str]) -> Callable[[object], str]:
     def write(value: object) -> str:
         if _missing(value):
@@ -189,9 +200,9 @@ def show_table(frame: pd.DataFrame, columns: Sequence[str] | Mapping[str, str] |
     kinds = shown_units(rows, units)
     cells = {c: _cell(formats.get(c) or formatter(str(c), rows[c], None if k == "none" else k))
              for c, k in zip(rows.columns, kinds, strict=True)}
-    shown = pd.DataFrame({labels[c]: rows[c].map(cells[c]) for c in rows.columns})
+    shown = pd.DataFrame({labels[c]: rows[c].map(cells[c]).map(markup) for c in rows.columns})
     note = MISSING_NOTE if rows.map(_missing).to_numpy().any() else ""
-    styler = (shown.style.hide(axis="index").set_table_styles(_CSS).format(escape="html")
+    styler = (shown.style.hide(axis="index").set_table_styles(_CSS)
               .format_index(escape="html", axis=1)
               .set_table_attributes(f'data-units="{"|".join(kinds)}"'))
     numeric = [labels[c] for c in rows.columns
@@ -203,7 +214,7 @@ def show_table(frame: pd.DataFrame, columns: Sequence[str] | Mapping[str, str] |
     if text_cols:
         styler = styler.set_properties(subset=text_cols, **{"text-align": "left"})
     text = " ".join(part for part in (caption, note) if part)
-    return styler.set_caption(text) if text else styler
+    return styler.set_caption(markup(text)) if text else styler
 
 
 def _frame_html(frame: pd.DataFrame) -> str:

@@ -251,5 +251,7 @@ def seed_comparison(step_fits: pd.DataFrame, node_fits: pd.DataFrame) -> pd.Data
     frame = pd.DataFrame(rows, columns=["quantity", "source", "ours_us", "ci_low", "ci_high"])
     frame["seed_us"] = seed.value
     frame["seed_device"] = SEED_HARDWARE
-    frame["ours_over_seed"] = frame["ours_us"] / frame["seed_us"]
+    # a confidence interval reaching below 0 does not resolve the cost: no ratio to the seed
+    frame["resolved"] = frame["ci_low"] > 0
+    frame["ours_over_seed"] = (frame["ours_us"] / frame["seed_us"]).where(frame["resolved"])
     return frame

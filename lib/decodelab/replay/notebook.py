@@ -79,8 +79,11 @@ def step_summary(fits: pd.DataFrame) -> str:
         lines.append(
             f"- {origin_label(r.origin)}, **{r.config}**, {r.variant}: T_step = "
             f"{r.t_step_us:.2f} µs, T_replay = {r.t_replay_us:.2f} µs "
-            f"[{r.slope_ci_low:.2f}, {r.slope_ci_high:.2f}] per graph; more than "
-            f"K = {r.k_2pct:.0f} steps per graph buys < 2%; at K = {r.k_max} the per-step wall "
+            f"[{r.slope_ci_low:.2f}, {r.slope_ci_high:.2f}] per graph"
+            + (" (not resolved: its confidence interval reaches below 0, the 1/K term is "
+               "within the scatter at this config)" if r.slope_ci_low <= 0 else "")
+            + f"; more than K = {r.k_2pct:.0f} steps per graph buys < 2%; at K = {r.k_max} "
+            "the per-step wall "
             f"is {100 * r.k_max_rel_dev:+.1f}% from T_step. Per-replay R² = "
             f"{r.r2_per_replay:.4f} ({meets(r.r2_per_replay)} the target); per-step R² = "
             f"{r.r2:.3f} ({meets(r.r2)} it): over the measured K the 1/K term moves the "
