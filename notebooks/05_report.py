@@ -281,7 +281,8 @@ display(Markdown("\n".join([*nb.regime_lines(regimes), *moves, f"- {nb.seed_tall
 # ## Where each layer is measured
 
 # %%
-SECTIONS = {"00_environment": "the ceilings (launch latency, copy bandwidth, matmul rate)",
+SECTIONS = {"00_environment": "the ceilings (launch latency, read ceiling and copy bandwidth, "
+                              "matmul rate)",
             "01_dispatch": "dispatch: eager vs graph vs torch.compile",
             "02_replay": "replay and node costs, multi-step capture and its fit",
             "03_persistent": "the persistent kernel and its barrier costs",

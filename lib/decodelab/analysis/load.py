@@ -74,8 +74,10 @@ def load_text(load: Load) -> str:
     wait = ("mostly waiting behind the requests that arrived first, and says how far the "
             "offer exceeds the capacity, not how fast a step is" if load.overload > 2 else
             "in part waiting behind the requests that arrived first")
+    ttft = (f"{load.ttft_median_s:.2g} s" if load.ttft_median_s >= 1
+            else f"{load.ttft_median_s * 1e3:.3g} ms")
     text += (f". The offer is {load.overload:.1f}x what it serves, so a queue builds: the median "
-             f"time to first token, {load.ttft_median_s:.2g} s, is {wait}")
+             f"time to first token, {ttft}, is {wait}")
     if math.isfinite(load.step_us):
         rate = load.step_batch / (load.step_us * 1e-6)
         text += (f". Its median time per output token is {load.tpot_median_ms:.3g} ms where "

@@ -130,8 +130,9 @@ def attention_bandwidth(marginal: pd.DataFrame) -> plt.Figure:
             ax.axhline(copy.iloc[0], color=quantity_color("memory floor"), ls="--",
                        label=f"{origin_label(origin)}: {sel['ceiling'].iloc[0]}")
     _batch_axis(ax, marginal["batch"])
-    ax.set(yscale="log", xlabel="batch (sequences decoding)", ylabel="TB/s",
+    top = max(marginal["kv_tb_s"].max(), (marginal["kv_tb_s"] / marginal["of_ceiling"]).max())
+    ax.set(ylim=(0, 1.15 * top), xlabel="batch (sequences decoding)", ylabel="TB/s",
            title="Attention at long context: extra K/V bytes / extra step time")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig
