@@ -150,3 +150,39 @@ def test_fused_tie_group_across_the_candidates_alone_and_beside_a_top_p_row():
         ref, _ = sample(logits, params([row_k], [seed]), choose_mode([False], [35], [False],
                                                                      logits.shape[1]))
         assert alone.item() == pair[0].item() == ref.item(), seed
+
+
+# Rows that used to leave the buffer for passes over the row, and the issue-24 mix
+LARGE = [(1.0, 0, 0.9, 0.0, 1, 0, 0), (0.6, 0, 1.0, 0.0, 1, 0, 0), (0.9, 0, 1.0, 0.1, 1, 0, 0),
+         (1.0, 2000, 1.0, 0.0, 1, 0, 0), (1.0, 5000, 0.99, 0.0, 1, 0, 0),
+         (1.2, 3000, 0.5, 0.0, 1, 0, 0), (0.7, 0, 0.95, 0.0, 1, 0, 0),
+         (0.8, 50, 0.9, 0.0, 1, 0, 0), (0.7, 100, 0.95, 0.05, 1, 0, 0)]
+
+
+@pytest.mark.parametrize("scale", [1.0, 2.0, 3.0])
+def test_fused_follows_the_rule_for_every_row_kind_on_its_fast_path(scale):
+    """bf16 logits at V = 128256, flat (scale 1: the 0.9 nucleus ~78k tokens) to peaked:
+    every row's threshold and token the rule's up to float32 rounding of the sums
+    (``sampling_rule``), and no row leaves the candidates for passes over the row."""
+    from sampling_rule import thresholds, token_ok
+
+    from decodelab.engine import fused_sampler
+
+    rows = ROWS + LARGE
+    b = len(rows)
+    g = torch.Generator().manual_seed(int(scale * 10))
+    logits = (torch.randn(b, V, generator=g) * scale).to(torch.bfloat16).cuda()
+    p, pen = params(rows, np.arange(b) + 7), penalty_state(b)
+    mode = choose_mode([r[0] < 1e-5 for r in rows], [r[1] for r in rows], [True] * b, V)
+    paths = torch.zeros(b, dtype=torch.int32, device="cuda")
+    out, tau = fused_sampler.sample(logits, p, fused(mode), pen, paths=paths)
+    assert (paths < 2).all(), paths
+    z = penalised(logits, p, mode, pen).cpu().numpy()
+    out, tau, invt = out.cpu(), tau.cpu(), p.inv_t().cpu()
+    for i, row in enumerate(rows):
+        if row[0] < 1e-5:
+            assert out[i] == int(np.argmax(z[i])), (i, row)
+            continue
+        assert float(tau[i]) in thresholds(z[i], float(invt[i]), row[1], row[2], 2e-6), (i, row)
+        assert token_ok(z[i], float(invt[i]), float(tau[i]), row[3], float(p.uniform[i]),
+                        int(out[i]), 2e-6), (i, row)

@@ -126,6 +126,57 @@ def test_mixed_batch_rows_follow_their_own_parameters(setup, k_cand):
         assert ok, f"row {i} {row}: chi-square {stat:.1f} above {bound:.1f}"
 
 
+# Rows no candidate buffer holds: a nucleus of thousands of tokens, k > 1024, min-p alone
+LARGE_ROWS = [(1.0, 0, 0.9, 0.0, 1.0, 0.0, 0.0), (0.8, 1500, 1.0, 0.0, 1.0, 0.0, 0.0),
+              (1.0, 0, 1.0, 0.02, 1.0, 0.0, 0.0), (0.6, 0, 1.0, 0.0, 1.0, 0.0, 0.0),
+              (1.1, 1200, 0.95, 0.0, 1.0, 0.0, 0.0)]
+
+
+@pytest.mark.parametrize("row", LARGE_ROWS)
+def test_large_nucleus_rows_follow_their_distribution(row):
+    """A flat row (V = 4096, the 0.9 nucleus ~2800 tokens) against its textbook distribution:
+    no token outside its kept set, and Pearson's chi-square over 40 groups of consecutive
+    token ids of equal expected mass (20,000 draws, 2,000 at a time)."""
+    g = torch.Generator().manual_seed(12)
+    logits = torch.randn(1, 4096, generator=g) * 0.7
+    want = expected(logits[0].numpy(), row, np.zeros(4096), np.zeros(4096, dtype=bool))
+    assert (want > 0).sum() > 1024
+    counts = np.zeros(4096, dtype=np.int64)
+    for part in range(10):
+        p = params_for([row], 2000, counter0=2000 * part)
+        tokens, _ = sample(logits.expand(2000, -1), p, SamplerMode(False, False, 0))
+        counts += np.bincount(tokens.numpy(), minlength=4096)
+    assert np.all(counts[want == 0] == 0), "tokens outside the kept set"
+    group = np.minimum((np.cumsum(want) - want / 2) * 40, 39).astype(int)  # (V,) group ids
+    ok, stat, bound = chi_square_ok(np.bincount(group, counts, 40), np.bincount(group, want, 40))
+    assert ok, f"{row}: chi-square {stat:.1f} above {bound:.1f}"
+
+
+def test_reference_follows_the_rule_on_flat_and_tied_rows():
+    """Thresholds and tokens of the reference on flat bf16 rows (ties at every boundary) are
+    the rule's (``sampling_rule``, float64) up to the rounding of its float32 sums."""
+    from sampling_rule import thresholds, token_ok
+
+    from decodelab.engine.sampler import keep_threshold, penalised
+
+    g = torch.Generator().manual_seed(13)
+    logits = (torch.randn(len(LARGE_ROWS) * 8, 4096, generator=g) * 0.7).to(torch.bfloat16).float()
+    rows = LARGE_ROWS * 8
+    p = params_for(rows, 1)
+    p.slot = torch.zeros(len(rows), dtype=torch.int64)
+    mode = SamplerMode(False, False, 0)
+    tokens, _ = sample(logits, p, mode)
+    z = penalised(logits, p, mode, None)
+    top = z.max(dim=-1).values
+    e = torch.exp((z - top[:, None]) * p.inv_t()[:, None])
+    tau = keep_threshold(z, top, e, p, mode)
+    for i, row in enumerate(rows):
+        allowed = thresholds(z[i].numpy(), float(p.inv_t()[i]), row[1], row[2], 3e-5)
+        assert float(tau[i]) in allowed, (i, row)
+        assert token_ok(z[i].numpy(), float(p.inv_t()[i]), float(tau[i]), row[3],
+                        float(p.uniform[i]), int(tokens[i]), 3e-5), (i, row)
+
+
 def test_greedy_rows_are_exact_argmax():
     g = torch.Generator().manual_seed(1)
     logits = torch.randn(64, 1000, generator=g)

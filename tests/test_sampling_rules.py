@@ -155,3 +155,27 @@ def test_a_tiny_temperature_is_greedy_alone_and_in_any_batch(temperature):
         for seed in range(20):
             tokens, _ = sample(logits, params(rows, seeds=[seed, seed + 1]), mode)
             assert torch.equal(tokens, want)
+
+
+def _flat_bf16(rows: int, vocab: int, seed: int) -> torch.Tensor:
+    """Flat bf16 logits: the 0.9 nucleus holds thousands of tokens, and values tie in groups."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(rows, vocab, generator=g) * 0.7).to(torch.bfloat16).float()
+
+
+def test_large_nuclei_and_deep_top_k_keep_what_transformers_keeps():
+    """Rows that leave any candidate buffer: top-p alone over a nucleus of thousands of tokens,
+    top-k 2000 and 1500 (its k-th value tied), min-p alone, on flat bf16 logits."""
+    logits = _flat_bf16(5, 8192, 3)
+    rows = [(1.0, 0, 0.9, 0.0), (0.7, 0, 0.95, 0.0), (1.0, 2000, 1.0, 0.0),
+            (1.2, 1500, 0.95, 0.0), (0.9, 0, 1.0, 0.02)]
+    ours = kept(logits, params(rows), SamplerMode(False, False, 0))
+    assert ours[0].sum() > 4000 and ours[1].sum() > 1024  # nuclei past any buffer
+    kth = torch.sort(logits[3], descending=True).values[1499]
+    assert (logits[3] == kth).sum() > 1  # the k-th value is tied
+    for i, row in enumerate(rows):
+        theirs = hf_kept(logits[i:i + 1], *row)[0]
+        assert (ours[i] >= theirs).all(), row
+        extra = logits[i][ours[i] & ~theirs]
+        # top-p: only the boundary tie group beyond transformers' sorted prefix
+        assert extra.numel() == 0 or (row[2] < 1 and (extra == extra[0]).all()), row

@@ -38,7 +38,21 @@ def test_decode_step_on_triton_ops_equals_torch_ops():
 
 
 def test_fused_sampler_follows_the_rule_for_every_row_kind():
-    """Greedy, plain temperature, min-p alone, top-p alone (flat rows: nuclei of thousands of
-    tokens), top-k with and without top-p (k up to 5000), on peaked, flat and bf16 rows."""
-    out = _run("kinds", script="sampler_interp_checks.py", timeout=1800)
-    assert out.splitlines() == ["kinds: ok"]
+    """Every row kind (greedy, plain temperature, min-p alone, top-p alone on flat rows whose
+    nucleus holds thousands of tokens, top-k up to 5000 with and without top-p) on peaked,
+    flat and bf16 rows: thresholds and tokens the rule's within float32 rounding, every row on
+    the candidates; tie groups at each boundary; each row alone equal to its row in a mixed
+    batch; non-finite and masked rows; the step's tables."""
+    checks = ("kinds", "ties", "invariance", "edges", "step")
+    out = _run(*checks, script="sampler_interp_checks.py", timeout=1800)
+    assert out.splitlines() == [f"{c}: ok" for c in checks]
+
+
+@pytest.mark.slow
+def test_fused_sampler_penalties_exact_passes_and_gpu_sizes():
+    """Penalised rows of every kind; rows whose candidates pass a scaled-down buffer take the
+    exact row passes and still follow the rule; the issue-24 mix at V = 128256 in bf16 with
+    the GPU's program sizes, every row on the candidates."""
+    checks = ("penalties", "fallback", "full_size")
+    out = _run(*checks, script="sampler_interp_checks.py", timeout=3000)
+    assert out.splitlines() == [f"{c}: ok" for c in checks]

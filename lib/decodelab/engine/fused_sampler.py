@@ -12,19 +12,32 @@ program per row. Every row kind reads its logits a few times, in parallel over i
    rows the chunk's mass against its own maximum, sum of exp((z - m_c) / T) (online, tile by
    tile).
 2. ``histogram_kernel`` (row x chunk): min-p alone: the chunk's kept mass (e >= min_p, with
-   e = exp((z - z_max) / T)). Rows with a top-k or a top-p: the gap g = z_max - z in NB bins
-   (the float's bits: exponent and 3 mantissa bits, so a bin's tokens are a range of z) and
-   the chunk's mass. Integer counts: no order to depend on.
-3. ``gather_kernel`` (row x chunk), rows with a top-k or a top-p: from the row's histogram,
-   the gap bin b* (the first that holds the top-k, or for a row without top-k the last
-   whose tokens fit BUF), then each chunk copies its tokens with bin <= b* into the row's
-   buffer in token order, at the offset the histograms give (no atomics), and reports the
-   largest z it left out.
-4. ``solve_kernel`` (row), rows with a top-k or a top-p: if the threshold provably lies in
-   the buffer, sorting its values (at most BUF, in registers) gives tau_k and tau_p; else
-   exact passes over the row (bisection on the order-preserving integer key of z).
-5. ``kept_kernel`` (row x chunk), rows with a threshold: the chunk's kept mass.
-6. ``pick_kernel`` (row x chunk): the draw by the inverse CDF in token-id order. Every
+   e = exp((z - z_max) / T)). Rows with a top-k or a top-p: the count of the chunk's tokens in
+   each of NB coarse gap bins of h = (z_max - z) / T (its float bits: exponent and 3 mantissa
+   bits, so a bin's tokens are a range of z, their e within a factor exp(h / 8)). Integer
+   counts: no order to depend on. (Triton's histogram costs per token about NB / 32 times
+   log2 NB; 128 bins are cheap, 2048 would not be.)
+3. ``refine_kernel`` (row x chunk): the coarse plan, the bins that must hold the threshold.
+   Top-k: bin bk, the first whose running count reaches k (exact). Top-p: bins lo .. hi
+   where the running mass must cross P = top_p * (top-k mass), from bounds on each bin's
+   mass (its count times its least and its largest e; the exact total less what the later
+   bins can hold at most). Where those bins hold more candidates than the small sort, the
+   chunk's histogram of a refined window (coarse bins lo .. bk split into NB bins of up to
+   7 more mantissa bits) and its exact mass before the window: the same bounds there pin
+   the crossing to a bin or three. On flat rows whose 0.9 nucleus holds tens of thousands of
+   tokens that leaves hundreds of candidates.
+4. ``gather_kernel`` (row x chunk): the final plan (from the window where refined), then the
+   candidates (tokens of bins lo .. hi and bk) into the row's buffer in token order, at
+   offsets the histograms give (no atomics), and the exact mass of the tokens before bin lo
+   and between bins hi and bk.
+5. ``solve_kernel`` (row): sorting the candidates (at most BUF, in registers) gives tau_k
+   (the k-th value, every tie kept) and tau_p (the smallest value whose mass strictly above
+   it, counted from the exact mass before the candidates, is below P: a tie group whole),
+   when they fit and the crossing lies among them; else, rarely (more than BUF candidates:
+   a huge tie group, a top-k deep in -inf tokens), exact passes over the row (bisection on
+   the order-preserving integer key of z).
+6. ``kept_kernel`` (row x chunk), rows with a threshold: the chunk's kept mass.
+7. ``pick_kernel`` (row x chunk): the draw by the inverse CDF in token-id order. Every
    program of a row finds, from the chunks' kept masses (plain rows: their masses of step 1
    rescaled by exp((m_c - z_max) / T)), the chunk where the running mass reaches u * total;
    that chunk's program scans its tokens for the first whose running mass reaches it (or,
@@ -32,7 +45,9 @@ program per row. Every row kind reads its logits a few times, in parallel over i
    chunk 0 takes the argmax. The owner writes the output row, ``last_token[slot]`` and the
    penalty count of the sampled token.
 
-Plain temperature is then two passes over the logits (steps 1 and 6), min-p alone three.
+Plain temperature is then two passes over the logits (steps 1 and 7), min-p alone three,
+a row with a top-k or a top-p five, six where it refines a window. The sizes (TOKENS_PER_PROGRAM, TILE, BUF, SMALL_BUF) are
+read at each launch, so tests scale them to small vocabularies.
 A row's work depends only on its own logits and parameters: the same token alone or in any
 batch, with or without penalties in other rows.
 """
@@ -52,10 +67,20 @@ if TYPE_CHECKING:  # the reference imports this module lazily: no circle
 
 
 TOKENS_PER_PROGRAM = 8192  # tokens of a row each program of the row x chunk kernels reads
-TILE = 2048
-NB = 128  # gap bins
-BUF = 1024  # candidates a row's program solves in registers
-BIN_BASE = tl.constexpr((119 << 3) - 1)  # (bits of 2^-8) >> 20, less one: bin 0 is g < 2^-8
+TILE = 2048  # tokens a program holds at once
+BUF = 4096  # candidates a row's program sorts in registers (SMALL_BUF when they fit it)
+SMALL_BUF = 1024
+# Gap bins of h = (z_max - z) / T >= 0 by its float bits (in its order, so a bin's tokens
+# are a range of z). Coarse: exponent and 3 mantissa bits, from 2^-9 (bin 0 below) over 16
+# octaves (bin 127: h >= 112, e = exp(-h) < 1e-48). A refined window of w coarse bins splits
+# them into NB bins of 2^(13 + ceil(log2 w)) bits: up to 7 more mantissa bits.
+COARSE_BASE = tl.constexpr((127 - 9) << 3)  # (bits of 2^-9) >> 20: coarse bin 1
+HB_LO = tl.constexpr(((127 - 9) << 3) - 1 << 20)  # the least bits kept: coarse bin 0's first
+HB_HI = tl.constexpr((((127 - 9) << 3) + 127 << 20) - 1)  # the most: coarse bin 127's last
+BINS = 128  # bins of a histogram: coarse bins, or a refined window
+NB = tl.constexpr(BINS)
+PLAN_WORDS = tl.constexpr(12)  # int32 per row: ``_store_plan``'s ten, the path it took
+BOUND_SLACK = tl.constexpr(1e-4)  # relative widening of the mass bounds (float32 sums, exp)
 GREEDY = tl.constexpr(GREEDY_BELOW)
 KEY_NINF = tl.constexpr(-2139095041)  # order_key(-inf)
 
@@ -74,10 +99,32 @@ def from_key(k):
 
 
 @triton.jit
-def gap_bin(z, zmax, NB: tl.constexpr):
-    g = zmax - z  # >= 0: its int bits are in its order
-    b = (g.to(tl.int32, bitcast=True) >> 20) - BIN_BASE
-    return tl.minimum(tl.maximum(b, 0), NB - 1)
+def gap_bits(h):
+    """The bits of h = (z_max - z) / T >= 0 (-0.0 included), clamped to the coarse bins'."""
+    return tl.minimum(tl.maximum(h.to(tl.int32, bitcast=True), HB_LO), HB_HI)
+
+
+@triton.jit
+def bit_edges(first, end):
+    """(lower, upper) h of the bins holding bits first .. end - 1 (clamped bits: the first
+    coarse bin starts at h = 0, the last never ends)."""
+    lower = tl.where(first <= HB_LO, 0.0, first.to(tl.float32, bitcast=True))
+    upper = tl.where(end > HB_HI, float("inf"), tl.minimum(end, HB_HI).to(tl.float32,
+                                                                           bitcast=True))
+    return lower, upper
+
+
+@triton.jit
+def coarse_bin(hb):
+    return (hb >> 20) - (COARSE_BASE - 1)
+
+
+@triton.jit
+def bin_index(hb, refined, a, shift):
+    """A token's bin from its gap bits: its coarse bin, or in a refined window from coarse
+    bin a on, its bits >> shift counted from the window's first (negative before it)."""
+    return tl.where(refined, (hb >> shift) - ((a + COARSE_BASE - 1) << (20 - shift)),
+                    coarse_bin(hb))
 
 
 @triton.jit
@@ -142,12 +189,6 @@ def stats_kernel(l_ptr, l_stride, w_ptr, counts_ptr, prompt_ptr, slot_ptr, rep_p
 
 
 @triton.jit
-def row_max(cmax_ptr, row, C, CP2: tl.constexpr):
-    ch = tl.arange(0, CP2)
-    return tl.max(tl.load(cmax_ptr + row * C + ch, mask=ch < C, other=float("-inf")), axis=0)
-
-
-@triton.jit
 def filtered(topk_ptr, topp_ptr, row, V):
     """The row has a threshold to find: a top-k or a top-p."""
     return (tl.load(topk_ptr + row) < V) | (tl.load(topp_ptr + row) < 1.0)
@@ -159,6 +200,7 @@ def scan_chunk(l_ptr, l_stride, w_ptr, pen, row, c, V, zmax, invt, tau, min_p, r
     """Chunk ``c``'s kept tokens (z >= tau, e >= min_p) in id order, their mass running on from
     ``run``: (the running mass after the chunk, the first id at which it reaches ``target``
     or V, the last kept id of nonzero mass or -1). Tiles after the target are skipped."""
+    run = tl.full((), 0.0, tl.float32) + run  # a tensor even for a literal: the loop carries it
     found = tl.full((), V, tl.int64)
     last = tl.full((), -1, tl.int64)
     for t in range(0, PER_PROGRAM, TILE):
@@ -177,82 +219,264 @@ def scan_chunk(l_ptr, l_stride, w_ptr, pen, row, c, V, zmax, invt, tau, min_p, r
 
 @triton.jit
 def histogram_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_ptr,
-                     topk_ptr, topp_ptr, minp_ptr, cmax_ptr, hist_ptr, cmass_ptr, ckept_ptr, V,
+                     topk_ptr, topp_ptr, minp_ptr, cmax_ptr, cbad_ptr, hist_ptr, ckept_ptr, V,
                      C, PENALTIES: tl.constexpr, PER_PROGRAM: tl.constexpr, TILE: tl.constexpr,
-                     CP2: tl.constexpr, NB: tl.constexpr):
+                     CP2: tl.constexpr):
+    """Rows with a top-k or a top-p: the chunk's count of tokens per coarse bin (int16: a
+    chunk holds fewer than 2^15 tokens). Min-p alone: the chunk's kept mass, for the draw."""
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
-    if (tl.load(temp_ptr + row) >= GREEDY) & ~filtered(topk_ptr, topp_ptr, row, V):
+    zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
+    if (tl.load(temp_ptr + row) >= GREEDY) & ~bad:
+        pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
+        invt = tl.load(invt_ptr + row)
         min_p = tl.load(minp_ptr + row)
-        if min_p > 0.0:  # min-p alone: the chunk's kept mass, for the draw
-            pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
-            kept, _, _ = scan_chunk(l_ptr, l_stride, w_ptr, pen, row, c, V,
-                                    row_max(cmax_ptr, row, C, CP2), tl.load(invt_ptr + row),
+        if filtered(topk_ptr, topp_ptr, row, V):
+            counts = tl.zeros((NB,), tl.int32)
+            for t in range(0, PER_PROGRAM, TILE):
+                offs = c * PER_PROGRAM + t + tl.arange(0, TILE)
+                mask = offs < V
+                z = load_z(l_ptr, l_stride, w_ptr, pen, row, offs, mask, V, PENALTIES)
+                counts += tl.histogram(coarse_bin(gap_bits(-((z - zmax) * invt))), NB, mask=mask)
+            tl.store(hist_ptr + (row * C + c) * NB + tl.arange(0, NB), counts.to(tl.int16))
+        elif min_p > 0.0:
+            kept, _, _ = scan_chunk(l_ptr, l_stride, w_ptr, pen, row, c, V, zmax, invt,
                                     float("-inf"), min_p, 0.0, float("inf"), PENALTIES,
                                     PER_PROGRAM, TILE)
             tl.store(ckept_ptr + row * C + c, kept)
-    if (tl.load(temp_ptr + row) >= GREEDY) & filtered(topk_ptr, topp_ptr, row, V):
-        pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
-        zmax = row_max(cmax_ptr, row, C, CP2)
-        invt = tl.load(invt_ptr + row)
-        counts = tl.zeros((NB,), tl.int32)
-        mass = tl.full((), 0.0, tl.float32)
-        for t in range(0, PER_PROGRAM, TILE):
-            offs = c * PER_PROGRAM + t + tl.arange(0, TILE)
-            mask = offs < V
-            z = load_z(l_ptr, l_stride, w_ptr, pen, row, offs, mask, V, PENALTIES)
-            counts += tl.histogram(gap_bin(z, zmax, NB), NB, mask=mask)
-            mass += tl.sum(tl.where(mask, tl.exp((z - zmax) * invt), 0.0), axis=0)
-        tl.store(hist_ptr + (row * C + c) * NB + tl.arange(0, NB), counts)
-        tl.store(cmass_ptr + row * C + c, mass)
 
 
 @triton.jit
-def cutoff_bin(hist_ptr, topk_ptr, row, V, C, CP2: tl.constexpr, NB: tl.constexpr,
-               BUF: tl.constexpr):
-    """The row's cut-off gap bin b* from its histogram (the first bin reaching k tokens; with
-    no top-k the last whose tokens fit the buffer): (b*, tokens with bin <= b* per chunk
-    (CP2,), the row has a top-k, k)."""
+def chunk_masses(cmax_ptr, cnorm_ptr, row, C, zmax, invt, CP2: tl.constexpr):
+    """(CP2,) each chunk's mass sum of e = exp((z - z_max) / T): its mass against its own
+    maximum (``stats_kernel``) times exp((m_c - z_max) / T)."""
     ch = tl.arange(0, CP2)
-    bins = tl.arange(0, NB)
-    h = tl.load(hist_ptr + (row * C + ch[:, None]) * NB + bins[None, :], mask=ch[:, None] < C,
-                other=0)  # (CP2, NB)
-    cum = tl.cumsum(tl.sum(h, axis=0), axis=0)  # (NB,) tokens with bin <= b
-    k = tl.load(topk_ptr + row)
-    has_k = k < V
-    first_k = tl.sum((cum < k).to(tl.int32), axis=0)  # the first bin reaching k tokens
-    last_fit = tl.sum((cum <= BUF).to(tl.int32), axis=0) - 1
-    bstar = tl.where(has_k, first_k, last_fit)
-    per_chunk = tl.sum(tl.where(bins[None, :] <= bstar, h, 0), axis=1)
-    return bstar, per_chunk, has_k, k
+    maxes = tl.load(cmax_ptr + row * C + ch, mask=ch < C, other=float("-inf"))
+    norm = tl.load(cnorm_ptr + row * C + ch, mask=ch < C, other=0.0)
+    return tl.where(maxes > float("-inf"), norm * tl.exp((maxes - zmax) * invt), 0.0)
 
 
 @triton.jit
-def gather_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, topk_ptr,
-                  topp_ptr, cmax_ptr, hist_ptr, bufz_ptr, cout_ptr, V, C,
-                  PENALTIES: tl.constexpr, PER_PROGRAM: tl.constexpr, TILE: tl.constexpr,
-                  CP2: tl.constexpr, NB: tl.constexpr, BUF: tl.constexpr):
+def _row_counts(hist_ptr, row, C):
+    """(NB,) the row's counts per bin: its chunks' histograms summed."""
+    cnt = tl.zeros((NB,), tl.int32)
+    for c in range(0, C):
+        cnt += tl.load(hist_ptr + (row * C + c) * NB + tl.arange(0, NB)).to(tl.int32)
+    return cnt
+
+
+@triton.jit
+def _crossing(cnt, cum, lower, upper, before_mass, after_lo, after_hi, total, has_k, k, top_p):
+    """Bins (lo, hi, bk) that must hold the threshold, from a histogram (cnt, its running sum
+    cum over the tokens before it and its own) whose bins lie between h edges lower, upper,
+    with ``before_mass`` the exact mass of the tokens before its first bin and the mass after
+    its last between after_lo and after_hi. Top-k: bk, the first bin whose running count
+    reaches k. Top-p: the running mass, bounded below (each token at its bin's least e, or
+    the total less the most the later bins can hold) and above, must cross P = top_p * (the
+    top-k mass) between bins lo and hi. Without top-p, lo = hi = bk; without top-k, bk = hi."""
+    bins = tl.arange(0, NB)
+    bk = tl.where(has_k, tl.sum((cum < k).to(tl.int32), axis=0), NB - 1)
+    lo = bk
+    hi = bk
+    if top_p < 1.0:
+        e_hi = tl.exp(-lower) * (1.0 + BOUND_SLACK)
+        e_lo = tl.exp(-upper) * (1.0 - BOUND_SLACK)
+        run_lo = tl.cumsum(cnt.to(tl.float32) * e_lo, axis=0)
+        run_hi = tl.cumsum(cnt.to(tl.float32) * e_hi, axis=0)
+        left_lo = tl.max(run_lo, axis=0) - run_lo + after_lo  # the least after bin b
+        left_hi = tl.max(run_hi, axis=0) - run_hi + after_hi
+        low = tl.maximum(before_mass + run_lo, total * (1.0 - BOUND_SLACK) - left_hi)
+        high = tl.minimum(before_mass + run_hi, total * (1.0 + BOUND_SLACK) - left_lo)
+        # the top-k mass: all before bin bk, then at least the rest of k, at most all of bk
+        at_bk = tl.sum(tl.where(bins == bk, cnt, 0), axis=0)
+        rest_k = (k - (tl.sum(tl.where(bins == bk, cum, 0), axis=0) - at_bk)).to(tl.float32)
+        k_lo = (tl.where(bk == 0, before_mass, tl.sum(tl.where(bins == bk - 1, low, 0.0), axis=0))
+                + rest_k * tl.sum(tl.where(bins == bk, e_lo, 0.0), axis=0))
+        k_hi = tl.sum(tl.where(bins == bk, high, 0.0), axis=0)
+        p_lo = top_p * tl.where(has_k, k_lo, total) * (1.0 - BOUND_SLACK)
+        p_hi = top_p * tl.where(has_k, k_hi, total) * (1.0 + BOUND_SLACK)
+        hi = tl.minimum(tl.sum((low < p_hi).to(tl.int32), axis=0), bk)
+        lo = tl.minimum(tl.sum((high < p_lo).to(tl.int32), axis=0), hi)
+    return lo, hi, tl.where(has_k, bk, hi)
+
+
+@triton.jit
+def _tally(cnt, n_before, lo, hi, bk):
+    """(candidates, tokens before lo, tokens between hi and bk) of bins lo .. hi and bk."""
+    bins = tl.arange(0, NB)
+    cand = ((bins >= lo) & (bins <= hi)) | (bins == bk)
+    return (tl.sum(tl.where(cand, cnt, 0), axis=0),
+            n_before + tl.sum(tl.where(bins < lo, cnt, 0), axis=0),
+            tl.sum(tl.where((bins > hi) & (bins < bk), cnt, 0), axis=0))
+
+
+@triton.jit
+def coarse_plan(hist_ptr, row, C, k, has_k, top_p, total):
+    """From the coarse histograms: (lo, hi, bk, candidates, tokens before lo, tokens between
+    hi and bk)."""
+    bins = tl.arange(0, NB)
+    cnt = _row_counts(hist_ptr, row, C)
+    lower, upper = bit_edges((bins + COARSE_BASE - 1) << 20, (bins + COARSE_BASE) << 20)
+    lo, hi, bk = _crossing(cnt, tl.cumsum(cnt, axis=0), lower, upper, 0.0, 0.0, 0.0, total,
+                           has_k, k, top_p)
+    n, n_skip, n_mid = _tally(cnt, 0, lo, hi, bk)
+    return lo, hi, bk, n, n_skip, n_mid
+
+
+@triton.jit
+def window_shift(lo, bk):
+    """The bit shift of a refined window over coarse bins lo .. bk: NB bins of 2^shift bits
+    cover 2^(shift - 13) >= bk - lo + 1 coarse bins (of 2^20 bits)."""
+    width = bk - lo + 1
+    return 13 + ((width > 1).to(tl.int32) + (width > 2).to(tl.int32) + (width > 4).to(tl.int32)
+                 + (width > 8).to(tl.int32) + (width > 16).to(tl.int32)
+                 + (width > 32).to(tl.int32) + (width > 64).to(tl.int32))
+
+
+@triton.jit
+def fine_plan(hist_ptr, chist_ptr, cbefore_ptr, row, C, a, s, last, k, has_k, top_p, total,
+              CP2: tl.constexpr):
+    """From the refined window's histograms (coarse bins a .. last in bins of 2^s bits), with
+    the exact mass before it and the coarse counts after it: ``coarse_plan``'s six values,
+    bins counted in the window."""
+    bins = tl.arange(0, NB)
+    ch = tl.arange(0, CP2)
+    coarse = _row_counts(chist_ptr, row, C)
+    n_before = tl.sum(tl.where(bins < a, coarse, 0), axis=0)
+    cnt = _row_counts(hist_ptr, row, C)
+    cum = n_before + tl.cumsum(cnt, axis=0)
+    first = (a + COARSE_BASE - 1) << 20
+    lower, upper = bit_edges(first + (bins << s), first + ((bins + 1) << s))
+    before = tl.sum(tl.load(cbefore_ptr + row * C + ch, mask=ch < C, other=0.0), axis=0)
+    c_lower, c_upper = bit_edges((bins + COARSE_BASE - 1) << 20, (bins + COARSE_BASE) << 20)
+    after = (bins > last).to(tl.float32) * coarse.to(tl.float32)
+    after_lo = tl.sum(after * tl.exp(-c_upper), axis=0) * (1.0 - BOUND_SLACK)
+    after_hi = tl.sum(after * tl.exp(-c_lower), axis=0) * (1.0 + BOUND_SLACK)
+    lo, hi, bk = _crossing(cnt, cum, lower, upper, before, after_lo, after_hi, total, has_k, k,
+                           top_p)
+    n, n_skip, n_mid = _tally(cnt, n_before, lo, hi, bk)
+    return lo, hi, bk, n, n_skip, n_mid
+
+
+@triton.jit
+def refine_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_ptr,
+                  topk_ptr, topp_ptr, cmax_ptr, cbad_ptr, cnorm_ptr, chist_ptr, plan_ptr,
+                  hist_ptr, cbefore_ptr, V, C, PENALTIES: tl.constexpr,
+                  PER_PROGRAM: tl.constexpr, TILE: tl.constexpr, CP2: tl.constexpr,
+                  SMALL_BUF: tl.constexpr):
+    """Rows with a top-k or a top-p: the coarse plan (every program computes it, chunk 0
+    stores it); where its candidates pass the small sort, the chunk's histogram of a refined
+    window (coarse bins lo .. bk in NB bins of 2^s bits) and the chunk's exact mass before
+    the window."""
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
-    if (tl.load(temp_ptr + row) >= GREEDY) & filtered(topk_ptr, topp_ptr, row, V):
+    zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
+    if (tl.load(temp_ptr + row) >= GREEDY) & ~bad & filtered(topk_ptr, topp_ptr, row, V):
+        invt = tl.load(invt_ptr + row)
+        k = tl.load(topk_ptr + row)
+        total = tl.sum(chunk_masses(cmax_ptr, cnorm_ptr, row, C, zmax, invt, CP2), axis=0)
+        lo, hi, bk, n, n_skip, n_mid = coarse_plan(chist_ptr, row, C, k, k < V,
+                                                   tl.load(topp_ptr + row), total)
+        refined = n > SMALL_BUF  # a window of few candidates costs less than a large sort
+        s = window_shift(lo, bk)
+        if c == 0:
+            _store_plan(plan_ptr, row, refined, lo, s, bk, lo, hi, bk, n, n_skip, n_mid)
+        if refined:
+            pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
+            counts = tl.zeros((NB,), tl.int32)
+            before = tl.full((), 0.0, tl.float32)
+            for t in range(0, PER_PROGRAM, TILE):
+                offs = c * PER_PROGRAM + t + tl.arange(0, TILE)
+                mask = offs < V
+                z = load_z(l_ptr, l_stride, w_ptr, pen, row, offs, mask, V, PENALTIES)
+                d = (z - zmax) * invt
+                hb = gap_bits(-d)
+                coarse = coarse_bin(hb)
+                before += tl.sum(tl.where(mask & (coarse < lo), tl.exp(d), 0.0), axis=0)
+                inside = mask & (coarse >= lo) & (coarse <= bk)
+                window = (hb >> s) - ((lo + COARSE_BASE - 1) << (20 - s))
+                counts += tl.histogram(tl.where(inside, window, 0), NB, mask=inside)
+            tl.store(hist_ptr + (row * C + c) * NB + tl.arange(0, NB), counts.to(tl.int16))
+            tl.store(cbefore_ptr + row * C + c, before)
+
+
+@triton.jit
+def _store_plan(plan_ptr, row, refined, a, s, last, lo, hi, bk, n, n_skip, n_mid):
+    """A row's plan (PLAN_WORDS int32): its bins are coarse, or a refined window over coarse
+    bins a .. last (bins of 2^s bits); lo .. hi and bk the candidates' bins, n of them, n_skip
+    tokens before them, n_mid between hi and bk."""
+    base = plan_ptr + row * PLAN_WORDS
+    tl.store(base + 0, refined.to(tl.int32))
+    tl.store(base + 1, a)
+    tl.store(base + 2, s)
+    tl.store(base + 3, last)
+    tl.store(base + 4, lo)
+    tl.store(base + 5, hi)
+    tl.store(base + 6, bk)
+    tl.store(base + 7, n)
+    tl.store(base + 8, n_skip)
+    tl.store(base + 9, n_mid)
+
+
+@triton.jit
+def _load_plan(plan_ptr, row):
+    base = plan_ptr + row * PLAN_WORDS
+    return (tl.load(base + 0) != 0, tl.load(base + 1), tl.load(base + 2), tl.load(base + 3),
+            tl.load(base + 4), tl.load(base + 5), tl.load(base + 6), tl.load(base + 7),
+            tl.load(base + 8), tl.load(base + 9))
+
+
+@triton.jit
+def gather_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_ptr,
+                  topk_ptr, topp_ptr, cmax_ptr, cbad_ptr, cnorm_ptr, chist_ptr, hist_ptr,
+                  cbefore_ptr, plan_ptr, bufz_ptr, cabove_ptr, cmid_ptr, V, C,
+                  PENALTIES: tl.constexpr, PER_PROGRAM: tl.constexpr, TILE: tl.constexpr,
+                  CP2: tl.constexpr, BUF: tl.constexpr):
+    """Rows with a top-k or a top-p: the final plan (a refined row's from its window, every
+    program computing it, chunk 0 storing it); the chunk's candidates (z of its tokens in
+    bins lo .. hi and bk) into the row's buffer in token order at the chunk's offset (no
+    atomics) when they all fit; the chunk's exact mass before bin lo and between hi and bk."""
+    row = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1)
+    zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
+    if (tl.load(temp_ptr + row) >= GREEDY) & ~bad & filtered(topk_ptr, topp_ptr, row, V):
+        invt = tl.load(invt_ptr + row)
+        refined, a, s, last, lo, hi, bk, n, n_skip, n_mid = _load_plan(plan_ptr, row)
+        if refined:
+            k = tl.load(topk_ptr + row)
+            total = tl.sum(chunk_masses(cmax_ptr, cnorm_ptr, row, C, zmax, invt, CP2), axis=0)
+            lo, hi, bk, n, n_skip, n_mid = fine_plan(hist_ptr, chist_ptr, cbefore_ptr, row, C,
+                                                     a, s, last, k, k < V,
+                                                     tl.load(topp_ptr + row), total, CP2)
+            if c == 0:
+                _store_plan(plan_ptr, row, refined, a, s, last, lo, hi, bk, n, n_skip, n_mid)
+        # this chunk's offset: the candidates of the chunks before it
+        bins = tl.arange(0, NB)
+        cand_bin = ((bins >= lo) & (bins <= hi)) | (bins == bk)
+        counts_ptr = tl.where(refined, hist_ptr, chist_ptr)
+        off = tl.full((), 0, tl.int32)
+        for before in range(0, c):
+            h = tl.load(counts_ptr + (row * C + before) * NB + bins).to(tl.int32)
+            off += tl.sum(tl.where(cand_bin, h, 0), axis=0)
         pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
-        bstar, per_chunk, _, _ = cutoff_bin(hist_ptr, topk_ptr, row, V, C, CP2, NB, BUF)
-        fits = tl.sum(per_chunk, axis=0) <= BUF
-        off = tl.sum(tl.where(tl.arange(0, CP2) < c, per_chunk, 0), axis=0)
-        zmax = row_max(cmax_ptr, row, C, CP2)
-        left_out = tl.full((), float("-inf"), tl.float32)
+        above = tl.full((), 0.0, tl.float32)
+        mid = tl.full((), 0.0, tl.float32)
         for t in range(0, PER_PROGRAM, TILE):
             offs = c * PER_PROGRAM + t + tl.arange(0, TILE)
             mask = offs < V
             z = load_z(l_ptr, l_stride, w_ptr, pen, row, offs, mask, V, PENALTIES)
-            inb = mask & (gap_bin(z, zmax, NB) <= bstar)
-            if fits:
-                pos = row * BUF + off + tl.cumsum(inb.to(tl.int32), axis=0) - 1
-                tl.store(bufz_ptr + pos, z, mask=inb)
-            off += tl.sum(inb.to(tl.int32), axis=0)
-            left_out = tl.maximum(left_out, tl.max(tl.where(mask & ~inb, z, float("-inf")),
-                                                    axis=0))
-        tl.store(cout_ptr + row * C + c, left_out)
+            d = (z - zmax) * invt
+            e = tl.exp(d)
+            b = bin_index(gap_bits(-d), refined, a, s)
+            above += tl.sum(tl.where(mask & (b < lo), e, 0.0), axis=0)
+            mid += tl.sum(tl.where(mask & (b > hi) & (b < bk), e, 0.0), axis=0)
+            if n <= BUF:
+                cand = mask & (((b >= lo) & (b <= hi)) | (b == bk))
+                pos = row * BUF + off + tl.cumsum(cand.to(tl.int32), axis=0) - 1
+                tl.store(bufz_ptr + pos, z, mask=cand)
+                off += tl.sum(cand.to(tl.int32), axis=0)
+        tl.store(cabove_ptr + row * C + c, above)
+        tl.store(cmid_ptr + row * C + c, mid)
 
 
 @triton.jit
@@ -308,58 +532,78 @@ def _solve_row(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, has_k, k, top_p,
 
 
 @triton.jit
-def _solve_buffer(bufz_ptr, row, n, zmax, invt, has_k, k, top_p, total_all, left_out,
-                  BUF: tl.constexpr):
-    """The row's buffer (its n largest-gap-bin tokens, in id order): (threshold, True if it
-    is decided inside the buffer, i.e. the result holds)."""
-    offs = tl.arange(0, BUF)
+def _solve_candidates(bufz_ptr, row, n, zmax, invt, has_k, k, top_p, total, refined, a, s, hi,
+                      bk, n_skip, n_mid, above, mid, V, S: tl.constexpr, BUF: tl.constexpr):
+    """The threshold from the row's n candidates (in its buffer, sorted here by value): the
+    tokens of bins lo .. hi and of bin bk, with n_skip tokens of mass ``above`` before them
+    and n_mid of mass ``mid`` between bins hi and bk. Returns (threshold, True if decided by
+    the candidates: the top-p boundary was not before them nor after the bins it may use)."""
+    offs = tl.arange(0, S)
     valid = offs < n
     z = tl.load(bufz_ptr + row * BUF + offs, mask=valid, other=float("-inf"))
     sz = from_key(tl.sort(order_key(z), descending=True))  # values, descending
-    se = tl.where(valid, tl.exp((sz - zmax) * invt), 0.0)
-    tk = tl.where(has_k, tl.max(tl.where(offs == k - 1, sz, float("-inf")), axis=0),
-                  float("-inf"))
+    d = (sz - zmax) * invt
+    se = tl.where(valid, tl.exp(d), 0.0)
+    # bins lo .. hi, before bin bk's tokens when bk > hi (a top-k below the top-p bins)
+    first = valid & (bin_index(gap_bits(-d), refined, a, s) <= hi)
+    split = has_k & (bk > hi)
+    # the k-th largest: position k - 1 among all tokens, of which n_skip (+ n_mid) are not here
+    tk = tl.where(has_k, tl.max(tl.where(offs == k - 1 - n_skip - tl.where(split, n_mid, 0),
+                                         sz, float("-inf")), axis=0), float("-inf"))
     in_k = valid & (sz >= tk)
-    c = tl.cumsum(tl.where(in_k, se, 0.0), axis=0)
-    total = tl.where(has_k, tl.max(c, axis=0), total_all)
-    n_k = tl.sum(in_k.to(tl.int32), axis=0)
-    last = tl.sum(((c < top_p * total) & (offs < n_k - 1)).to(tl.int32), axis=0)
-    tp = tl.where(top_p < 1.0, tl.max(tl.where(offs == last, sz, float("-inf")), axis=0),
-                  float("-inf"))
-    # tokens left out of the buffer are below all of it: the threshold lies inside if top-k
-    # stops above them or the top-p mass is reached inside
-    inside = (has_k | (left_out == float("-inf"))
-              | ((top_p < 1.0) & (tl.max(c, axis=0) >= top_p * total)))
-    return tl.maximum(tk, tp), inside
+    total_k = tl.where(has_k, above + tl.where(split, mid, 0.0)
+                       + tl.sum(tl.where(in_k, se, 0.0), axis=0), total)
+    p = top_p * total_k
+    c = above + tl.cumsum(tl.where(in_k & first, se, 0.0), axis=0)  # mass down to each value
+    # the prefix rule keeps a position while the mass before it is < P; it may reach the
+    # last position of bins lo..hi (split), of the top-k set, or of the candidates
+    n_lim = tl.sum((in_k & first).to(tl.int32), axis=0)
+    last = tl.sum(((c < p) & (offs < n_lim - 1)).to(tl.int32), axis=0)
+    tp = tl.max(tl.where(offs == last, sz, float("-inf")), axis=0)
+    reached = tl.max(tl.where(offs == n_lim - 1, c, float("-inf")), axis=0) >= p
+    tokens_after = split | (~has_k & (n_skip + n < V))  # kept by top-p, were P not reached
+    inside = (above < p) & (reached | ~tokens_after)
+    tau = tl.where(top_p < 1.0, tl.maximum(tk, tp), tk)
+    return tau, (top_p >= 1.0) | inside
 
 
 @triton.jit
 def solve_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_ptr,
-                 topk_ptr, topp_ptr, cmax_ptr, cbad_ptr, hist_ptr, cmass_ptr, cout_ptr, bufz_ptr,
-                 tau_ptr, V, C, PENALTIES: tl.constexpr, TILE: tl.constexpr, CP2: tl.constexpr,
-                 NB: tl.constexpr, BUF: tl.constexpr):
-    """One program per row with a top-k or a top-p: its threshold into ``tau``."""
+                 topk_ptr, topp_ptr, cmax_ptr, cbad_ptr, cnorm_ptr, plan_ptr, bufz_ptr,
+                 cabove_ptr, cmid_ptr, tau_ptr, V, C, PENALTIES: tl.constexpr,
+                 TILE: tl.constexpr, CP2: tl.constexpr, BUF: tl.constexpr,
+                 SMALL_BUF: tl.constexpr):
+    """One program per row with a top-k or a top-p: its threshold into ``tau``, from the
+    sorted candidates where they fit and decide it, else by exact passes over the row."""
     row = tl.program_id(0).to(tl.int64)
     zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
     if (tl.load(temp_ptr + row) >= GREEDY) & ~bad & filtered(topk_ptr, topp_ptr, row, V):
         ch = tl.arange(0, CP2)
-        pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
         invt = tl.load(invt_ptr + row)
+        k = tl.load(topk_ptr + row)
+        has_k = k < V
         top_p = tl.load(topp_ptr + row)
-        _, per_chunk, has_k, k = cutoff_bin(hist_ptr, topk_ptr, row, V, C, CP2, NB, BUF)
-        n = tl.sum(per_chunk, axis=0)
-        total_all = tl.sum(tl.load(cmass_ptr + row * C + ch, mask=ch < C, other=0.0), axis=0)
-        left_out = tl.max(tl.load(cout_ptr + row * C + ch, mask=ch < C, other=float("-inf")),
-                          axis=0)
+        total = tl.sum(chunk_masses(cmax_ptr, cnorm_ptr, row, C, zmax, invt, CP2), axis=0)
+        refined, a, s, _, _, hi, bk, n, n_skip, n_mid = _load_plan(plan_ptr, row)
+        above = tl.sum(tl.load(cabove_ptr + row * C + ch, mask=ch < C, other=0.0), axis=0)
+        mid = tl.sum(tl.load(cmid_ptr + row * C + ch, mask=ch < C, other=0.0), axis=0)
         tau = zmax
-        inside = zmax != zmax  # False (a tensor, as the branch below assigns)
-        if (n >= 1) & (n <= BUF):
-            tau, inside = _solve_buffer(bufz_ptr, row, n, zmax, invt, has_k, k, top_p, total_all,
-                                        left_out, BUF)
+        inside = zmax != zmax  # False (a tensor, as the branches below assign)
+        if n <= SMALL_BUF:
+            tau, inside = _solve_candidates(bufz_ptr, row, n, zmax, invt, has_k, k, top_p,
+                                            total, refined, a, s, hi, bk, n_skip, n_mid, above,
+                                            mid, V, SMALL_BUF, BUF)
+        elif n <= BUF:
+            tau, inside = _solve_candidates(bufz_ptr, row, n, zmax, invt, has_k, k, top_p,
+                                            total, refined, a, s, hi, bk, n_skip, n_mid, above,
+                                            mid, V, BUF, BUF)
         if not inside:
+            pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
             tau = _solve_row(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, has_k, k, top_p,
-                             total_all, PENALTIES, TILE)
+                             total, PENALTIES, TILE)
         tl.store(tau_ptr + row, tau)
+        path = tl.where(inside, refined.to(tl.int32), 2)  # the coarse bins, a window, passes
+        tl.store(plan_ptr + row * PLAN_WORDS + 10, path)
 
 
 @triton.jit
@@ -414,8 +658,7 @@ def pick_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, i
             filt = filtered(topk_ptr, topp_ptr, row, V)
             plain = ~filt & (min_p <= 0.0)
             # plain rows: each chunk's mass against its own maximum, rescaled to the row's
-            norm = tl.load(cnorm_ptr + row * C + ch, mask=ch < C, other=0.0)
-            scaled = tl.where(maxes > float("-inf"), norm * tl.exp((maxes - zmax) * invt), 0.0)
+            scaled = chunk_masses(cmax_ptr, cnorm_ptr, row, C, zmax, invt, CP2)
             kept = tl.load(ckept_ptr + row * C + ch, mask=(ch < C) & ~plain, other=0.0)
             prefix = tl.cumsum(tl.where(plain, scaled, kept), axis=0)  # (CP2,)
             target = tl.load(u_ptr + row) * tl.max(prefix, axis=0)
@@ -431,22 +674,25 @@ def pick_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, i
                 # within rounding the chunk's own sum may stop short: its last kept token
                 token = tl.where(found < V, found, last).to(tl.int32)
     if owner:
-        token = tl.where(bad, 0, token).to(tl.int64)
-        tl.store(out_ptr + row, tl.where(bad, -1, token))
+        # a new name: a variable may not change its type inside a branch
+        tok = tl.where(bad, 0, token).to(tl.int64)
+        tl.store(out_ptr + row, tl.where(bad, -1, tok))
         tl.store(tau_ptr + row, tau)
         if step != 0:  # a run-time flag: one compiled kernel for a graph's warm-up and its body
             slot = tl.load(slot_ptr + row)
-            tl.store(last_ptr + slot, token)
+            tl.store(last_ptr + slot, tok)
             if PENALTIES:
-                tl.atomic_add(counts_ptr + slot * V + token, 1)
+                tl.atomic_add(counts_ptr + slot * V + tok, 1)
 
 
 def _launch(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
-            penalties: PenaltyState | None, out: torch.Tensor, last_token: torch.Tensor | None
-            ) -> torch.Tensor:
+            penalties: PenaltyState | None, out: torch.Tensor, last_token: torch.Tensor | None,
+            paths: torch.Tensor | None = None) -> torch.Tensor:
     """Run the kernels; ``out`` (B,) int64 gets the tokens (-1: non-finite row); returns the
     rows' thresholds (B,) float32 (the row maximum for greedy and bad rows, -inf for rows
-    without top-k and top-p)."""
+    without top-k and top-p). ``paths`` (B,) int32, if given, gets for each row with a top-k
+    or a top-p how its threshold was found (for tests): 0 from the candidates of coarse bins,
+    1 of a refined window, 2 by exact passes over the row."""
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
     b, v = logits.shape
@@ -457,7 +703,11 @@ def _launch(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
     w = torch.empty(b, v, dtype=torch.float32, device=dev) if pen else logits
     counts = penalties.counts if pen else out
     prompt = penalties.in_prompt.view(torch.uint8) if pen else out
-    cmax, cnorm, cmass, ckept, cout = torch.empty(5, b, c, dtype=torch.float32, device=dev)
+    # per row and chunk: maximum, mass against it, kept mass, exact masses before the
+    # refined window, before the candidates and between their two bin ranges; first argmax
+    # and the NaN / +inf flag
+    cmax, cnorm, ckept, cbefore, cabove, cmid = torch.empty(6, b, c, dtype=torch.float32,
+                                                            device=dev)
     carg, cbad = torch.empty(2, b, c, dtype=torch.int32, device=dev)
     tau = torch.empty(b, dtype=torch.float32, device=dev)
     inv_t = p.inv_t()
@@ -471,17 +721,22 @@ def _launch(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
                        p.presence, p.frequency, p.temperature, inv_t, cmax, carg, cbad, cnorm, v,
                        c, SAMPLING=sampling, **kw)
     if sampling:
-        hist = torch.empty(b, c, NB, dtype=torch.int32, device=dev)
+        chist, hist = torch.empty(2, b, c, BINS, dtype=torch.int16, device=dev)  # coarse, window
+        plan = torch.zeros(b, int(PLAN_WORDS), dtype=torch.int32, device=dev)
         bufz = torch.empty(b, BUF, dtype=torch.float32, device=dev)
-        histogram_kernel[grid](*row, p.top_k, p.top_p, p.min_p, cmax, hist, cmass, ckept, v, c,
-                               CP2=cp2, NB=NB, **kw)
-        gather_kernel[grid](*row[:7], p.top_k, p.top_p, cmax, hist, bufz, cout, v, c, CP2=cp2,
-                            NB=NB, BUF=BUF, **kw)
-        solve_kernel[(b,)](*row, p.top_k, p.top_p, cmax, cbad, hist, cmass, cout, bufz, tau, v,
-                           c, PENALTIES=pen, TILE=TILE, CP2=cp2, NB=NB, BUF=BUF, num_warps=8,
-                           enable_fp_fusion=False)
-        kept_kernel[grid](*row, p.top_k, p.top_p, p.min_p, cmax, cbad, tau, ckept, v, c, CP2=cp2,
-                          **kw)
+        filters = (p.top_k, p.top_p)
+        histogram_kernel[grid](*row, *filters, p.min_p, cmax, cbad, chist, ckept, v, c, CP2=cp2,
+                               **kw)
+        refine_kernel[grid](*row, *filters, cmax, cbad, cnorm, chist, plan, hist, cbefore, v, c,
+                            CP2=cp2, SMALL_BUF=SMALL_BUF, **kw)
+        gather_kernel[grid](*row, *filters, cmax, cbad, cnorm, chist, hist, cbefore, plan, bufz,
+                            cabove, cmid, v, c, CP2=cp2, BUF=BUF, **kw)
+        solve_kernel[(b,)](*row, *filters, cmax, cbad, cnorm, plan, bufz, cabove, cmid, tau, v, c,
+                           PENALTIES=pen, TILE=TILE, CP2=cp2, BUF=BUF, SMALL_BUF=SMALL_BUF,
+                           num_warps=8, enable_fp_fusion=False)
+        kept_kernel[grid](*row, *filters, p.min_p, cmax, cbad, tau, ckept, v, c, CP2=cp2, **kw)
+        if paths is not None:
+            paths.copy_(plan[:, 10])
     step = last_token is not None
     pick_kernel[grid](*row, p.top_k, p.top_p, p.min_p, p.uniform, p.slot, cmax, carg, cbad,
                       cnorm, ckept, out, tau, last_token if step else out, counts, v, c,
@@ -490,11 +745,12 @@ def _launch(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
 
 
 def sample(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
-           penalties: PenaltyState | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           penalties: PenaltyState | None = None, paths: torch.Tensor | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens (B,) int64 with -1 for a non-finite row, thresholds (B,) float32): no side
     effects. A row keeps z >= threshold with e >= min_p (``sampler.keep_mask``)."""
     out = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)
-    return out, _launch(logits, p, mode, penalties, out, None)
+    return out, _launch(logits, p, mode, penalties, out, None, paths)
 
 
 def sample_step(logits: torch.Tensor, p: RowParams, mode: SamplerMode, penalties: PenaltyState,
