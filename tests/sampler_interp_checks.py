@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 import torch
-from sampling_rule import thresholds, token_ok
+from sampling_rule import row_params, thresholds, token_ok
 from triton_interp_checks import _bool_comparisons, _scalar_loop_bounds
 
 from decodelab.engine.randomness import row_uniforms
@@ -21,9 +21,7 @@ from decodelab.engine.sampler import (
     RowParams,
     SamplerMode,
     choose_mode,
-    device_top_k,
     fused,
-    inv_temperature,
     penalised,
     sample,
 )
@@ -47,17 +45,7 @@ def _small_programs() -> None:
 
 
 def params(rows, seeds, counter: int = 0) -> RowParams:
-    r = np.array([row[:4] for row in rows], dtype=np.float64)
-    pens = np.array([row[4:] if len(row) > 4 else (1.0, 0.0, 0.0) for row in rows])
-    f = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
-    return RowParams(temperature=f(r[:, 0]), top_k=torch.tensor([device_top_k(int(k))
-                                                                  for k in r[:, 1]]),
-                     top_p=f(r[:, 2]), min_p=f(r[:, 3]), repetition=f(pens[:, 0]),
-                     presence=f(pens[:, 1]), frequency=f(pens[:, 2]),
-                     uniform=torch.from_numpy(row_uniforms(np.asarray(seeds),
-                                                           np.full(len(rows), counter))),
-                     slot=torch.arange(len(rows)),
-                     inv_temperature=torch.from_numpy(inv_temperature(r[:, 0])))
+    return row_params(rows, row_uniforms(np.asarray(seeds), np.full(len(rows), counter)))
 
 
 def mode_of(rows, vocab: int, penalties: bool = False) -> SamplerMode:

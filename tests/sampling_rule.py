@@ -56,3 +56,21 @@ def token_ok(z: np.ndarray, invt: float, tau: float, min_p: float, u: float, tok
     target, slack = np.float64(np.float32(u)) * cum[-1], tol * cum[-1]
     return bool(keep[token] and mass[token] > 0
                 and cum[token] - mass[token] - slack <= target <= cum[token] + slack)
+
+
+def row_params(rows, uniforms, slots=None, device="cpu"):
+    """``RowParams`` of rows (temperature, top_k, top_p, min_p[, repetition, presence,
+    frequency]) through ``SamplingParams`` and ``RowSampling.of``, as the engine packs them;
+    ``slots`` default to the row numbers."""
+    from decodelab.engine.requests import SamplingParams
+    from decodelab.engine.row_sampling import RowParams, RowSampling
+
+    names = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+             "frequency_penalty")
+    slots = range(len(rows)) if slots is None else slots
+    packed = []
+    for row, u, slot in zip(rows, uniforms, slots, strict=True):
+        settings = {n: float(x) for n, x in zip(names, row, strict=False)}
+        settings["top_k"] = int(row[1])
+        packed.append(RowSampling.of(SamplingParams(**settings), uniform=float(u), slot=int(slot)))
+    return RowParams.of(packed, device)

@@ -1,5 +1,6 @@
-"""The static batch's named layout: per-row parameters packed by name, the step buffer and the
-prefill path agreeing field by field, padding rows holding the named padding row."""
+"""The static batch's named layout: the sampling rows packed as ``RowSampling`` declares them,
+the step buffer and the prefill path agreeing field by field, padding rows holding the
+schema's defaults."""
 
 from __future__ import annotations
 
@@ -8,22 +9,41 @@ from dataclasses import fields
 import numpy as np
 import torch
 
-from decodelab.engine.batch import (
-    PADDING_ROW,
-    Float,
-    Int,
-    RowSampling,
-    StaticBatch,
-    prefill_params,
-)
+from decodelab.engine.batch import PADDING_ROW, Int, StaticBatch, prefill_params
 from decodelab.engine.requests import Request, SamplingParams, Sequence
-from decodelab.engine.sampler import NO_TOP_K, RowParams
+from decodelab.engine.row_sampling import (
+    I32,
+    NO_TOP_K,
+    ROW_DTYPE,
+    ROW_WORDS,
+    RowField,
+    RowParams,
+    RowSampling,
+    row_array,
+)
 
 
-def test_row_sampling_fields_are_the_float_rows_in_order():
-    assert [f.upper() for f in RowSampling._fields] == [m.name for m in Float][:6]
-    assert [m.value for m in Float] == list(range(len(Float)))
+def test_the_packed_row_and_its_views_follow_the_schema():
+    """RowSampling declares the layout once: the packed dtype, the field index and the
+    RowParams views (float32 or int32, as declared) all follow its fields in order."""
+    names = [f.name for f in fields(RowSampling)]
+    assert list(ROW_DTYPE.names) == names and len(RowField) == ROW_WORDS == len(names)
+    assert [m.name.lower() for m in RowField] == names
+    assert [m.value for m in RowField] == list(range(ROW_WORDS))
     assert [m.value for m in Int] == list(range(len(Int)))
+    row = RowSampling.of(SamplingParams(temperature=0.5, top_k=7, top_p=0.8, min_p=0.1,
+                                        repetition_penalty=1.1, presence_penalty=0.2,
+                                        frequency_penalty=-0.3), uniform=0.25, slot=5)
+    p = RowParams.of([row, PADDING_ROW])
+    for f in fields(RowSampling):
+        view = getattr(p, f.name)
+        assert view.dtype == (torch.int32 if f.type == I32 else torch.float32), f.name
+        assert view[0].item() == np.asarray(getattr(row, f.name), view.numpy().dtype), f.name
+        assert view[1].item() == np.asarray(getattr(PADDING_ROW, f.name), view.numpy().dtype)
+    assert row_array([row])["greedy"][0] == 0 and p.greedy.tolist() == [0, 1]
+    assert p.inv_temperature[0].item() == np.float32(2.0)
+    p.uniform = torch.tensor([0.75, 0.5])  # a field written through its view
+    assert p.block.view(torch.float32)[0, RowField.UNIFORM].item() == 0.75
 
 
 def _seqs() -> list[Sequence]:
@@ -46,9 +66,7 @@ def test_step_buffer_and_prefill_pack_the_same_parameters():
         batch.assign(s)
     inp, slots = batch.prepare(seqs, 4)
     want = prefill_params(seqs, torch.device("cpu"))
-    for f in fields(RowParams):
-        got = getattr(inp.params, f.name)[:3]
-        assert torch.equal(got, getattr(want, f.name)), f.name
+    assert torch.equal(inp.params.block[:3], want.block)  # every field, bit for bit
     assert inp.params.temperature[:3].tolist() == [np.float32(x) for x in (0.7, 0.0, 1.3)]
     assert inp.params.top_k[:3].tolist() == [20, NO_TOP_K, NO_TOP_K]
     assert inp.params.inv_temperature[1] == 1.0  # greedy rows: 1 / T is 1
@@ -82,7 +100,8 @@ def test_padding_rows_hold_the_padding_row():
     batch = StaticBatch(4, 2, 3, 4, 9, torch.device("cpu"))
     inp, _ = batch.prepare([], 4)
     p = inp.params
-    for name, value in PADDING_ROW._asdict().items():
-        assert (getattr(p, name) == value).all(), name
+    for f in fields(RowSampling):
+        if f.name not in ("uniform", "slot"):  # set per step
+            assert (getattr(p, f.name) == getattr(PADDING_ROW, f.name)).all(), f.name
     assert (p.inv_temperature == 1.0).all() and (p.top_k == NO_TOP_K).all()
     assert (p.slot == batch.spare_slot).all() and (inp.slot_mapping == -1).all()

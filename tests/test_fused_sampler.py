@@ -14,9 +14,7 @@ from decodelab.engine.sampler import (
     RowParams,
     SamplerMode,
     choose_mode,
-    device_top_k,
     fused,
-    inv_temperature,
     keep_threshold,
     penalised,
     sample,
@@ -34,15 +32,10 @@ ROWS = [(0.0, 0, 1.0, 0.0, 1, 0, 0), (0.8, 50, 0.9, 0.0, 1, 0, 0), (1.0, 20, 1.0
 
 
 def params(rows, seeds, counter: int = 0, dev: str = "cuda") -> RowParams:
-    r = np.array(rows, dtype=np.float64)
-    f = lambda i: torch.tensor(r[:, i], dtype=torch.float32, device=dev)  # noqa: E731
-    return RowParams(temperature=f(0), top_k=torch.tensor([device_top_k(int(k)) for k in r[:, 1]],
-                                                          device=dev),
-                     top_p=f(2), min_p=f(3), repetition=f(4), presence=f(5), frequency=f(6),
-                     uniform=torch.from_numpy(row_uniforms(np.asarray(seeds),
-                                                           np.full(len(rows), counter))).to(dev),
-                     slot=torch.arange(len(rows), device=dev),
-                     inv_temperature=torch.from_numpy(inv_temperature(r[:, 0])).to(dev))
+    from sampling_rule import row_params
+
+    return row_params(rows, row_uniforms(np.asarray(seeds), np.full(len(rows), counter)),
+                      device=dev)
 
 
 def bench_logits(b: int, seed: int) -> torch.Tensor:

@@ -8,16 +8,17 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from sampling_rule import row_params
 
 from decodelab.core.capture import capture, warm_up
+from decodelab.engine.requests import SamplingParams
+from decodelab.engine.row_sampling import RowSampling
 from decodelab.engine.sampler import (
     PenaltyState,
     RowParams,
     SamplerMode,
     choose_mode,
-    device_top_k,
     fused,
-    inv_temperature,
     row_uniforms,
     sample,
     sample_step,
@@ -61,15 +62,11 @@ def expected(logits: np.ndarray, row, counts: np.ndarray, in_prompt: np.ndarray)
 
 
 def params_for(rows, n_rep: int, counter0: int = 0) -> RowParams:
-    r = np.repeat(np.array(rows, dtype=np.float64), n_rep, axis=0)
-    f = lambda i: torch.tensor(r[:, i], dtype=torch.float32)  # noqa: E731
+    """Each row n_rep times (slot: its index in ``rows``), seeded per row, counters 0.."""
     seeds = np.repeat(np.arange(len(rows)) * 7919 + 11, n_rep)
     counters = np.tile(np.arange(n_rep), len(rows)) + counter0
-    return RowParams(temperature=f(0), top_k=torch.tensor([device_top_k(int(k)) for k in r[:, 1]]),
-                     top_p=f(2),
-                     min_p=f(3), repetition=f(4), presence=f(5), frequency=f(6),
-                     uniform=torch.from_numpy(row_uniforms(seeds, counters)),
-                     slot=torch.from_numpy(np.repeat(np.arange(len(rows)), n_rep)))
+    return row_params([r for r in rows for _ in range(n_rep)], row_uniforms(seeds, counters),
+                      np.repeat(np.arange(len(rows)), n_rep))
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +108,7 @@ def test_mixed_batch_rows_follow_their_own_parameters(setup, k_cand):
     if mode.fused:
         dev = torch.device("cuda")
         lg, pen = lg.to(dev), PenaltyState(pen.counts.to(dev), pen.in_prompt.to(dev))
-        params = RowParams(*(getattr(params, f).to(dev) for f in RowParams.__slots__[:-1]))
+        params = RowParams(params.block.to(dev))
     tokens, bad = sample(lg, params, mode, pen)
     assert not bad.any()
     tokens = tokens.cpu()
@@ -343,10 +340,9 @@ def test_cuda_graph_sampler_equals_eager_token_for_token(kind):
         mode = fused(mode)
     static_logits = torch.zeros(b, vocab, device=dev)
     host = params_for(rows, reps)
-    host.inv_temperature = torch.from_numpy(inv_temperature(host.temperature.numpy()))
     host.slot = torch.arange(len(host.slot))  # one slot per row, as in the engine (the fused
     # kernel's rows write last_token[slot] concurrently: a shared slot would be a race)
-    static = RowParams(*(getattr(host, f)[:b].to(dev).clone() for f in RowParams.__slots__))
+    static = RowParams(host.block[:b].to(dev).clone())
     pen = PenaltyState.empty(b + 1, vocab, dev)
     pen.counts[:, :50] = 1
     pen.in_prompt[:, 50:90] = True
@@ -372,12 +368,11 @@ def test_cuda_graph_sampler_equals_eager_token_for_token(kind):
 
 
 def test_host_inverse_temperature_is_the_device_one_bit_for_bit():
-    t = np.array([0.0, 1e-3, 0.1, 0.3, 0.7, 1.0, 1.3, 3.7, 99.9], dtype=np.float32)
-    want = torch.where(torch.from_numpy(t) > 0, torch.from_numpy(t), 1.0).reciprocal_()
-    assert torch.equal(torch.from_numpy(inv_temperature(t)), want)
-    logits = _edge_logits(9, 500, 8)
-    params = params_for([(float(x), 20, 0.9, 0.0, 1, 0, 0) for x in t], 1)
-    without = sample(logits, params, SamplerMode(False, False, 32))
-    params.inv_temperature = torch.from_numpy(inv_temperature(t))
-    with_inv = sample(logits, params, SamplerMode(False, False, 32))
-    assert all(torch.equal(a, b) for a, b in zip(without, with_inv, strict=True))
+    """RowSampling's 1 / T (the float32 quotient, computed once per request on the host) is
+    the device's float32 reciprocal bit for bit; greedy rows hold 1."""
+    t = np.array([0.0, 1e-3, 0.1, 0.3, 0.7, 1.0, 1.3, 3.7, 99.9, 1e-7], dtype=np.float32)
+    host = torch.tensor([RowSampling.of(SamplingParams(temperature=float(x))).inv_temperature
+                         for x in t], dtype=torch.float32)
+    sampling = torch.from_numpy(t) >= np.float32(1e-5)
+    want = torch.where(sampling, torch.from_numpy(t), 1.0).reciprocal_()
+    assert torch.equal(host, want) and want[sampling].gt(1).any()

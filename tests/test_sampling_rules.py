@@ -19,8 +19,6 @@ from decodelab.engine.sampler import (
     RowParams,
     SamplerMode,
     choose_mode,
-    device_top_k,
-    inv_temperature,
     keep_mask,
     keep_threshold,
     penalised,
@@ -30,15 +28,11 @@ from decodelab.engine.sampler import (
 
 def params(rows: list[tuple[float, int, float, float]], seeds=None, counter: int = 0) -> RowParams:
     """Rows of (temperature, top_k, top_p, min_p), no penalties."""
-    r = np.array(rows, dtype=np.float64)
+    from sampling_rule import row_params
+
     n = len(rows)
-    f = lambda i: torch.tensor(r[:, i], dtype=torch.float32)  # noqa: E731
     seeds = np.arange(n) * 7919 + 11 if seeds is None else np.asarray(seeds)
-    return RowParams(temperature=f(0), top_k=torch.tensor([device_top_k(int(k)) for k in r[:, 1]]),
-                     top_p=f(2), min_p=f(3), repetition=torch.ones(n), presence=torch.zeros(n),
-                     frequency=torch.zeros(n),
-                     uniform=torch.from_numpy(row_uniforms(seeds, np.full(n, counter))),
-                     slot=torch.arange(n), inv_temperature=torch.from_numpy(inv_temperature(r[:, 0])))
+    return row_params(rows, row_uniforms(seeds, np.full(n, counter)))
 
 
 def kept(logits: torch.Tensor, p: RowParams, mode: SamplerMode) -> torch.Tensor:

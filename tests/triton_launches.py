@@ -247,6 +247,7 @@ def sampler_launches(target: Target, vocab: int = 128256) -> set[Launch]:
     """The fused sampler's launches at every graph bucket, in every mode (greedy or sampling,
     with or without penalties), through ``sample`` and ``sample_step``; logits in float32, as
     the model returns them."""
+    from decodelab.engine.row_sampling import ROW_WORDS
     from decodelab.engine.sampler import (
         PenaltyState,
         RowParams,
@@ -259,10 +260,7 @@ def sampler_launches(target: Target, vocab: int = 128256) -> set[Launch]:
 
     with recording() as launches, emulated(target):
         for b in DEFAULT_BUCKETS:
-            f32 = torch.ones(b)
-            params = RowParams(temperature=f32, top_k=torch.full((b,), 50), top_p=f32,
-                               min_p=f32, repetition=f32, presence=f32, frequency=f32,
-                               uniform=f32, slot=torch.arange(b), inv_temperature=f32)
+            params = RowParams(torch.empty(b, ROW_WORDS, dtype=torch.int32))
             logits = torch.empty(b, vocab)
             pen = PenaltyState(torch.empty(b, vocab, dtype=torch.int32),
                                torch.empty(b, vocab, dtype=torch.bool))

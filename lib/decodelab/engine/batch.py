@@ -9,24 +9,30 @@ so the copy that last read a mirror has finished before the host writes it again
 
 Padding rows (up to the graph bucket) read and write the spare slot ``num_slots``, write
 cache slot -1 (nothing) and attend to one position of the scratch block.
+
+The sampling inputs are the packed rows ``requests.RowSampling`` declares (``ROW_DTYPE``):
+a slot table of them on the host, filled at admission, and per step one row per batch row.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from decodelab.engine.requests import GREEDY_BELOW, SamplingParams, Sequence
-from decodelab.engine.sampler import (
+from decodelab.engine.requests import Sequence
+from decodelab.engine.row_sampling import (
     NO_TOP_K,
+    ROW_DTYPE,
+    ROW_WORDS,
     RowParams,
+    RowSampling,
+    row_array,
+)
+from decodelab.engine.sampler import (
     SamplerMode,
-    device_top_k,
-    inv_temperature,
     key_uniforms,
     mode_of,
     row_uniforms,
@@ -38,66 +44,15 @@ U_WINDOW = 64  # uniforms precomputed per slot
 
 
 class Int(enum.IntEnum):
-    """Rows of the step buffer's int64 block, (len(Int), rows)."""
+    """Rows of the step buffer's int64 block, (len(Int), rows): the forward pass's inputs."""
 
     SLOT = 0  # the slot a row reads its last token and penalty tables from
     POSITION = 1
     SLOT_MAPPING = 2  # the cache slot the row writes; -1 = padding (writes nothing)
     CONTEXT_LEN = 3
-    TOP_K = 4  # device_top_k: NO_TOP_K for a row without one
 
 
-class Float(enum.IntEnum):
-    """Rows of the step buffer's float32 block, (len(Float), rows): a row's
-    :class:`RowSampling` in field order, then two values derived per slot or per step."""
-
-    TEMPERATURE = 0
-    TOP_P = 1
-    MIN_P = 2
-    REPETITION = 3
-    PRESENCE = 4
-    FREQUENCY = 5
-    INV_TEMPERATURE = 6  # inv_temperature(temperature), computed on the host
-    UNIFORM = 7  # the row's draw for this step
-
-
-class RowSampling(NamedTuple):
-    """A row's float sampling parameters, in the order of :class:`Float`'s first rows."""
-
-    temperature: float
-    top_p: float
-    min_p: float
-    repetition: float
-    presence: float
-    frequency: float
-
-    @classmethod
-    def of(cls, p: SamplingParams) -> RowSampling:
-        return cls(p.temperature, p.top_p, p.min_p, p.repetition_penalty, p.presence_penalty,
-                   p.frequency_penalty)
-
-
-# Padding rows: greedy, every filter and penalty off (their tokens are discarded anyway).
-PADDING_ROW = RowSampling(temperature=0.0, top_p=1.0, min_p=0.0, repetition=1.0, presence=0.0,
-                          frequency=0.0)
-SLOT_FLOATS = Float.UNIFORM  # floats kept per slot: every one but the per-step uniform
-
-
-def slot_floats(rows: list[RowSampling]) -> np.ndarray:
-    """(len(rows), SLOT_FLOATS) float32: the rows' parameters, then their 1 / temperature."""
-    f = np.zeros((len(rows), SLOT_FLOATS), dtype=np.float32)
-    f[:, :Float.INV_TEMPERATURE] = rows
-    f[:, Float.INV_TEMPERATURE] = inv_temperature(f[:, Float.TEMPERATURE])
-    return f
-
-
-def row_params(ints: torch.Tensor, floats: torch.Tensor) -> RowParams:
-    """The sampler's view of (len(Int), B) ints and (len(Float), B) floats (device tensors)."""
-    return RowParams(temperature=floats[Float.TEMPERATURE], top_k=ints[Int.TOP_K],
-                     top_p=floats[Float.TOP_P], min_p=floats[Float.MIN_P],
-                     repetition=floats[Float.REPETITION], presence=floats[Float.PRESENCE],
-                     frequency=floats[Float.FREQUENCY], uniform=floats[Float.UNIFORM],
-                     slot=ints[Int.SLOT], inv_temperature=floats[Float.INV_TEMPERATURE])
+PADDING_ROW = RowSampling()  # the schema's defaults: greedy, every filter and penalty off
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,14 +70,10 @@ class StepInputs:
 
 def prefill_params(rows: list[Sequence], device: torch.device) -> RowParams:
     """Sampling inputs of a prefill batch (admission steps only, so fresh tensors are fine)."""
-    floats = np.empty((len(Float), len(rows)), dtype=np.float32)
-    floats[:SLOT_FLOATS] = slot_floats([RowSampling.of(s.params) for s in rows]).T
-    floats[Float.UNIFORM] = row_uniforms(np.array([s.seed for s in rows]),
-                                         np.array([s.launched for s in rows]))
-    ints = np.zeros((len(Int), len(rows)), dtype=np.int64)  # positions etc. unused here
-    ints[Int.TOP_K] = [device_top_k(s.params.top_k) for s in rows]
-    ints[Int.SLOT] = [s.slot for s in rows]
-    return row_params(torch.from_numpy(ints).to(device), torch.from_numpy(floats).to(device))
+    packed = row_array([RowSampling.of(s.params, slot=s.slot) for s in rows])
+    packed["uniform"] = row_uniforms(np.array([s.seed for s in rows]),
+                                     np.array([s.launched for s in rows]))
+    return RowParams.of(packed, device)
 
 
 class StaticBatch:
@@ -138,26 +89,24 @@ class StaticBatch:
         self.spare_slot, self.scratch_block = num_slots, scratch_block
         self.device = device
         pin = device.type == "cuda"
-        # One byte buffer holds the int, float and block-table fields (typed views of it), so a
-        # step's inputs travel in ONE pinned -> device copy; two host mirrors alternate.
-        n_i, n_f = len(Int) * max_rows * 8, len(Float) * max_rows * 4
-        self._layout = (n_i, n_f, max_rows * max_blocks * 4)
+        # One byte buffer holds the int fields, the sampling rows and the block tables (typed
+        # views of it), so a step's inputs travel in ONE pinned -> device copy; two host
+        # mirrors alternate.
+        n_i, n_r = len(Int) * max_rows * 8, max_rows * ROW_WORDS * 4
+        self._layout = (n_i, n_r, max_rows * max_blocks * 4)
         nbytes = sum(self._layout)
         self.host = [torch.zeros(nbytes, dtype=torch.uint8, pin_memory=pin) for _ in range(2)]
         self.dev = torch.zeros(nbytes, dtype=torch.uint8, device=device)
-        self.host_i, self.host_f, self.host_bt = zip(*(self._typed(h) for h in self.host),
+        self.host_i, self.host_r, self.host_bt = zip(*(self._typed(h) for h in self.host),
                                                      strict=True)
-        self.dev_i, self.dev_f, self.dev_bt = self._typed(self.dev)
+        self.dev_i, self.dev_r, self.dev_bt = self._typed(self.dev)
         self.dev_ids = torch.zeros(max_rows, dtype=torch.int64, device=device)
         self.dev_ctx32 = torch.zeros(max_rows, dtype=torch.int32, device=device)
         # last sampled token per slot (+ the spare slot of padding rows)
         self.last_token = torch.zeros(num_slots + 1, dtype=torch.int64, device=device)
         # per-slot host tables; the spare slot holds the padding row's values
         n = num_slots + 1
-        self.slot_f = np.zeros((n, SLOT_FLOATS), dtype=np.float32)  # Float rows but UNIFORM
-        self.slot_f[self.spare_slot] = slot_floats([PADDING_ROW])[0]
-        self.slot_topk = np.zeros(n, dtype=np.int64)  # 0 = off (for choose_mode)
-        self.slot_keff = np.full(n, NO_TOP_K, dtype=np.int64)  # what the device reads
+        self.slot_rows = row_array([PADDING_ROW] * n)  # (n,) ROW_DTYPE; uniform, slot: per step
         self.slot_key = np.zeros(n, dtype=np.uint64)  # seed_keys of the slot's request seed
         self.slot_pen = np.zeros(n, dtype=bool)
         self.slot_bt = np.full((n, max_blocks), scratch_block, dtype=np.int32)
@@ -171,18 +120,17 @@ class StaticBatch:
         self._modes: dict[tuple[bytes, int, int], SamplerMode] = {}  # reset at each assign
 
     def _typed(self, buf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(ints (len(Int), R) int64, floats (len(Float), R) float32, block tables (R, M)
+        """(ints (len(Int), R) int64, sampling rows (R, ROW_WORDS) int32, block tables (R, M)
         int32) views."""
-        n_i, n_f, _ = self._layout
+        n_i, n_r, _ = self._layout
         return (buf[:n_i].view(torch.int64).view(len(Int), self.max_rows),
-                buf[n_i:n_i + n_f].view(torch.float32).view(len(Float), self.max_rows),
-                buf[n_i + n_f:].view(torch.int32).view(self.max_rows, self.max_blocks))
+                buf[n_i:n_i + n_r].view(torch.int32).view(self.max_rows, ROW_WORDS),
+                buf[n_i + n_r:].view(torch.int32).view(self.max_rows, self.max_blocks))
 
     def assign(self, seq: Sequence) -> None:
         """Record an admitted sequence's parameters and blocks in its slot's host tables."""
         p, k = seq.params, seq.slot
-        self.slot_f[k] = slot_floats([RowSampling.of(p)])[0]
-        self.slot_topk[k], self.slot_keff[k] = p.top_k, device_top_k(p.top_k)
+        self.slot_rows[k] = row_array([RowSampling.of(p)])[0]
         self.slot_key[k], self.slot_pen[k] = seed_keys(np.array([seq.seed]))[0], p.uses_penalties
         self.slot_prompt[k] = seq.num_prompt
         self.slot_ubase[k] = -2 * U_WINDOW  # another seed: the old window is stale
@@ -204,9 +152,10 @@ class StaticBatch:
         return mode
 
     def _mode(self, slots: np.ndarray, vocab: int, max_partial: int) -> SamplerMode:
-        # greedy below GREEDY_BELOW: the float32 test of SamplingParams.greedy and the device
-        sampling = self.slot_f[slots, Float.TEMPERATURE] >= np.float32(GREEDY_BELOW)
-        ks = self.slot_topk[slots][sampling]
+        rows = self.slot_rows[slots]
+        sampling = rows["greedy"] == 0  # SamplingParams.greedy, recorded at admission
+        ks = rows["top_k"][sampling]
+        ks = np.where(ks == NO_TOP_K, 0, ks)  # 0 = off, as choose_mode has it
         return mode_of(ks.size == 0, bool(self.slot_pen[slots].any()),
                        int(ks.min()) if ks.size else 0, int(ks.max()) if ks.size else 0,
                        vocab, max_partial, any_greedy=not sampling.all())
@@ -217,7 +166,7 @@ class StaticBatch:
         Returns the device views and the rows' slots (host, (bucket,))."""
         k = self._flip
         self._flip ^= 1
-        hi, hf, hbt = (t.numpy() for t in (self.host_i[k], self.host_f[k], self.host_bt[k]))
+        hi, hr, hbt = (t.numpy() for t in (self.host_i[k], self.host_r[k], self.host_bt[k]))
         n, bs = len(rows), self.block_size
         slots = np.full(bucket, self.spare_slot, dtype=np.int64)
         slots[:n] = [s.slot for s in rows]
@@ -231,15 +180,15 @@ class StaticBatch:
         mapping[n:] = -1  # padding rows write nothing
         hi[Int.SLOT, :bucket], hi[Int.POSITION, :bucket] = slots, pos
         hi[Int.SLOT_MAPPING, :bucket], hi[Int.CONTEXT_LEN, :bucket] = mapping, pos + 1
-        hi[Int.TOP_K, :bucket] = self.slot_keff[slots]
-        hf[:SLOT_FLOATS, :bucket] = self.slot_f[slots].T
-        hf[Float.UNIFORM, :bucket] = self._uniforms(slots, launched)
+        rows = hr.view(ROW_DTYPE).reshape(self.max_rows)[:bucket]  # the packed rows
+        rows[:] = self.slot_rows[slots]
+        rows["uniform"], rows["slot"] = self._uniforms(slots, launched), slots
         hbt[:bucket] = bt
         if not static:  # the naive way: fresh device tensors every step
             dev_i = torch.tensor(hi[:, :bucket], device=self.device)
-            dev_f = torch.tensor(hf[:, :bucket], device=self.device)
+            dev_r = torch.tensor(hr[:bucket], device=self.device)
             dev_bt = torch.tensor(hbt[:bucket], device=self.device)
-            return self._views(dev_i, dev_f, dev_bt, self.last_token[dev_i[Int.SLOT]],
+            return self._views(dev_i, dev_r, dev_bt, self.last_token[dev_i[Int.SLOT]],
                                dev_i[Int.CONTEXT_LEN].to(torch.int32), bucket), slots
         # The whole mirror: one contiguous pinned -> device copy (a strided slice would be
         # staged through pageable memory and copied synchronously).
@@ -266,7 +215,7 @@ class StaticBatch:
         inp = self._views_of.get(bucket)
         if inp is None:
             inp = self._views_of[bucket] = self._views(
-                self.dev_i, self.dev_f, self.dev_bt, self.dev_ids[:bucket],
+                self.dev_i, self.dev_r, self.dev_bt, self.dev_ids[:bucket],
                 self.dev_ctx32[:bucket], bucket)
         return inp
 
@@ -277,7 +226,7 @@ class StaticBatch:
         ctx32.copy_(self.dev_i[Int.CONTEXT_LEN, :bucket])
 
     @staticmethod
-    def _views(dev_i, dev_f, dev_bt, ids, ctx32, b: int) -> StepInputs:
+    def _views(dev_i, dev_r, dev_bt, ids, ctx32, b: int) -> StepInputs:
         ints = dev_i[:, :b]
         return StepInputs(ids, ints[Int.POSITION], ints[Int.SLOT_MAPPING], dev_bt[:b],
-                          ints[Int.CONTEXT_LEN], ctx32, row_params(ints, dev_f[:, :b]))
+                          ints[Int.CONTEXT_LEN], ctx32, RowParams(dev_r[:b]))

@@ -46,8 +46,10 @@ program per row. Every row kind reads its logits a few times, in parallel over i
    penalty count of the sampled token.
 
 Plain temperature is then two passes over the logits (steps 1 and 7), min-p alone three,
-a row with a top-k or a top-p five, six where it refines a window. The sizes (TOKENS_PER_PROGRAM, TILE, BUF, SMALL_BUF) are
-read at each launch, so tests scale them to small vocabularies.
+a row with a top-k or a top-p five, six where it refines a window. The kernels read a row's
+sampling inputs from its packed ``RowSampling`` words (``RowParams.block``, one pointer) at
+offsets the schema gives. The sizes (TOKENS_PER_PROGRAM, TILE, BUF, SMALL_BUF) are read at
+each launch, so tests scale them to small vocabularies.
 A row's work depends only on its own logits and parameters: the same token alone or in any
 batch, with or without penalties in other rows.
 """
@@ -60,7 +62,7 @@ import torch
 import triton
 import triton.language as tl
 
-from decodelab.engine.requests import GREEDY_BELOW
+from decodelab.engine.row_sampling import ROW_WORDS, RowField
 
 if TYPE_CHECKING:  # the reference imports this module lazily: no circle
     from decodelab.engine.sampler import PenaltyState, RowParams, SamplerMode
@@ -81,7 +83,18 @@ BINS = 128  # bins of a histogram: coarse bins, or a refined window
 NB = tl.constexpr(BINS)
 PLAN_WORDS = tl.constexpr(12)  # int32 per row: ``_store_plan``'s ten, the path it took
 BOUND_SLACK = tl.constexpr(1e-4)  # relative widening of the mass bounds (float32 sums, exp)
-GREEDY = tl.constexpr(GREEDY_BELOW)
+# A row's sampling inputs: its RowSampling words at these offsets (one pointer, ``rows_ptr``)
+ROW_STRIDE = tl.constexpr(ROW_WORDS)
+F_TOP_K = tl.constexpr(RowField.TOP_K.value)
+F_TOP_P = tl.constexpr(RowField.TOP_P.value)
+F_MIN_P = tl.constexpr(RowField.MIN_P.value)
+F_REPETITION_PENALTY = tl.constexpr(RowField.REPETITION_PENALTY.value)
+F_PRESENCE_PENALTY = tl.constexpr(RowField.PRESENCE_PENALTY.value)
+F_FREQUENCY_PENALTY = tl.constexpr(RowField.FREQUENCY_PENALTY.value)
+F_GREEDY = tl.constexpr(RowField.GREEDY.value)
+F_INV_TEMPERATURE = tl.constexpr(RowField.INV_TEMPERATURE.value)
+F_UNIFORM = tl.constexpr(RowField.UNIFORM.value)
+F_SLOT = tl.constexpr(RowField.SLOT.value)
 KEY_NINF = tl.constexpr(-2139095041)  # order_key(-inf)
 
 
@@ -128,9 +141,27 @@ def bin_index(hb, refined, a, shift):
 
 
 @triton.jit
-def has_penalties(rep_ptr, pres_ptr, freq_ptr, row):
-    return ((tl.load(rep_ptr + row) != 1.0) | (tl.load(pres_ptr + row) != 0.0)
-            | (tl.load(freq_ptr + row) != 0.0))
+def word(rows_ptr, row, FIELD: tl.constexpr):
+    """An int32 field of the row's RowSampling."""
+    return tl.load(rows_ptr + row * ROW_STRIDE + FIELD)
+
+
+@triton.jit
+def real(rows_ptr, row, FIELD: tl.constexpr):
+    """A float32 field of the row's RowSampling (its bits in the int32 block)."""
+    return word(rows_ptr, row, FIELD).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def sampling_row(rows_ptr, row):
+    return word(rows_ptr, row, F_GREEDY) == 0
+
+
+@triton.jit
+def has_penalties(rows_ptr, row):
+    return ((real(rows_ptr, row, F_REPETITION_PENALTY) != 1.0)
+            | (real(rows_ptr, row, F_PRESENCE_PENALTY) != 0.0)
+            | (real(rows_ptr, row, F_FREQUENCY_PENALTY) != 0.0))
 
 
 @triton.jit
@@ -144,31 +175,30 @@ def load_z(l_ptr, l_stride, w_ptr, pen, row, offs, mask, V, PENALTIES: tl.conste
 
 
 @triton.jit
-def stats_kernel(l_ptr, l_stride, w_ptr, counts_ptr, prompt_ptr, slot_ptr, rep_ptr, pres_ptr,
-                 freq_ptr, temp_ptr, invt_ptr, cmax_ptr, carg_ptr, cbad_ptr, cnorm_ptr, V, C,
-                 PENALTIES: tl.constexpr, SAMPLING: tl.constexpr, PER_PROGRAM: tl.constexpr,
-                 TILE: tl.constexpr):
+def stats_kernel(l_ptr, l_stride, w_ptr, counts_ptr, prompt_ptr, rows_ptr, cmax_ptr, carg_ptr,
+                 cbad_ptr, cnorm_ptr, V, C, PENALTIES: tl.constexpr, SAMPLING: tl.constexpr,
+                 PER_PROGRAM: tl.constexpr, TILE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
     best = tl.full((), float("-inf"), tl.float32)
     arg = tl.full((), 0, tl.int32)
     bad = tl.full((), 0, tl.int32)
     norm = tl.full((), 0.0, tl.float32)  # sum of exp((z - best) / T) over the tiles so far
-    sampling = tl.load(temp_ptr + row) >= GREEDY
-    invt = tl.load(invt_ptr + row)
+    sampling = sampling_row(rows_ptr, row)
+    invt = real(rows_ptr, row, F_INV_TEMPERATURE)
     for t in range(0, PER_PROGRAM, TILE):
         offs = c * PER_PROGRAM + t + tl.arange(0, TILE)
         mask = offs < V
         z = tl.load(l_ptr + row * l_stride + offs, mask=mask, other=float("-inf")).to(tl.float32)
         if PENALTIES:  # noqa: SIM102 - a compile-time branch around a run-time one
-            if has_penalties(rep_ptr, pres_ptr, freq_ptr, row):
-                slot = tl.load(slot_ptr + row).to(tl.int64)
-                rep = tl.load(rep_ptr + row)
+            if has_penalties(rows_ptr, row):
+                slot = word(rows_ptr, row, F_SLOT).to(tl.int64)
+                rep = real(rows_ptr, row, F_REPETITION_PENALTY)
                 cnt = tl.load(counts_ptr + slot * V + offs, mask=mask, other=0)
                 seen = (cnt > 0) | (tl.load(prompt_ptr + slot * V + offs, mask=mask, other=0) != 0)
                 z = tl.where(seen, tl.where(z > 0, tl.div_rn(z, rep), z * rep), z)
-                z = (z - tl.load(freq_ptr + row) * cnt.to(tl.float32)
-                     - tl.load(pres_ptr + row) * (cnt > 0).to(tl.float32))
+                z = (z - real(rows_ptr, row, F_FREQUENCY_PENALTY) * cnt.to(tl.float32)
+                     - real(rows_ptr, row, F_PRESENCE_PENALTY) * (cnt > 0).to(tl.float32))
                 tl.store(w_ptr + row * V + offs, z, mask=mask)
         z = tl.where(z == 0.0, 0.0, z)
         bad = tl.maximum(bad, tl.max(((z != z) | (z == float("inf"))).to(tl.int32), axis=0))
@@ -189,9 +219,9 @@ def stats_kernel(l_ptr, l_stride, w_ptr, counts_ptr, prompt_ptr, slot_ptr, rep_p
 
 
 @triton.jit
-def filtered(topk_ptr, topp_ptr, row, V):
+def filtered(rows_ptr, row, V):
     """The row has a threshold to find: a top-k or a top-p."""
-    return (tl.load(topk_ptr + row) < V) | (tl.load(topp_ptr + row) < 1.0)
+    return (word(rows_ptr, row, F_TOP_K) < V) | (real(rows_ptr, row, F_TOP_P) < 1.0)
 
 
 @triton.jit
@@ -218,8 +248,7 @@ def scan_chunk(l_ptr, l_stride, w_ptr, pen, row, c, V, zmax, invt, tau, min_p, r
 
 
 @triton.jit
-def histogram_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_ptr,
-                     topk_ptr, topp_ptr, minp_ptr, cmax_ptr, cbad_ptr, hist_ptr, ckept_ptr, V,
+def histogram_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, hist_ptr, ckept_ptr, V,
                      C, PENALTIES: tl.constexpr, PER_PROGRAM: tl.constexpr, TILE: tl.constexpr,
                      CP2: tl.constexpr):
     """Rows with a top-k or a top-p: the chunk's count of tokens per coarse bin (int16: a
@@ -227,11 +256,11 @@ def histogram_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_p
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
     zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
-    if (tl.load(temp_ptr + row) >= GREEDY) & ~bad:
-        pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
-        invt = tl.load(invt_ptr + row)
-        min_p = tl.load(minp_ptr + row)
-        if filtered(topk_ptr, topp_ptr, row, V):
+    if (sampling_row(rows_ptr, row)) & ~bad:
+        pen = has_penalties(rows_ptr, row)
+        invt = real(rows_ptr, row, F_INV_TEMPERATURE)
+        min_p = real(rows_ptr, row, F_MIN_P)
+        if filtered(rows_ptr, row, V):
             counts = tl.zeros((NB,), tl.int32)
             for t in range(0, PER_PROGRAM, TILE):
                 offs = c * PER_PROGRAM + t + tl.arange(0, TILE)
@@ -359,9 +388,8 @@ def fine_plan(hist_ptr, chist_ptr, cbefore_ptr, row, C, a, s, last, k, has_k, to
 
 
 @triton.jit
-def refine_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_ptr,
-                  topk_ptr, topp_ptr, cmax_ptr, cbad_ptr, cnorm_ptr, chist_ptr, plan_ptr,
-                  hist_ptr, cbefore_ptr, V, C, PENALTIES: tl.constexpr,
+def refine_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, cnorm_ptr, chist_ptr,
+                  plan_ptr, hist_ptr, cbefore_ptr, V, C, PENALTIES: tl.constexpr,
                   PER_PROGRAM: tl.constexpr, TILE: tl.constexpr, CP2: tl.constexpr,
                   SMALL_BUF: tl.constexpr):
     """Rows with a top-k or a top-p: the coarse plan (every program computes it, chunk 0
@@ -371,18 +399,18 @@ def refine_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr,
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
     zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
-    if (tl.load(temp_ptr + row) >= GREEDY) & ~bad & filtered(topk_ptr, topp_ptr, row, V):
-        invt = tl.load(invt_ptr + row)
-        k = tl.load(topk_ptr + row)
+    if (sampling_row(rows_ptr, row)) & ~bad & filtered(rows_ptr, row, V):
+        invt = real(rows_ptr, row, F_INV_TEMPERATURE)
+        k = word(rows_ptr, row, F_TOP_K)
         total = tl.sum(chunk_masses(cmax_ptr, cnorm_ptr, row, C, zmax, invt, CP2), axis=0)
         lo, hi, bk, n, n_skip, n_mid = coarse_plan(chist_ptr, row, C, k, k < V,
-                                                   tl.load(topp_ptr + row), total)
+                                                   real(rows_ptr, row, F_TOP_P), total)
         refined = n > SMALL_BUF  # a window of few candidates costs less than a large sort
         s = window_shift(lo, bk)
         if c == 0:
             _store_plan(plan_ptr, row, refined, lo, s, bk, lo, hi, bk, n, n_skip, n_mid)
         if refined:
-            pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
+            pen = has_penalties(rows_ptr, row)
             counts = tl.zeros((NB,), tl.int32)
             before = tl.full((), 0.0, tl.float32)
             for t in range(0, PER_PROGRAM, TILE):
@@ -427,9 +455,8 @@ def _load_plan(plan_ptr, row):
 
 
 @triton.jit
-def gather_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_ptr,
-                  topk_ptr, topp_ptr, cmax_ptr, cbad_ptr, cnorm_ptr, chist_ptr, hist_ptr,
-                  cbefore_ptr, plan_ptr, bufz_ptr, cabove_ptr, cmid_ptr, V, C,
+def gather_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, cnorm_ptr, chist_ptr,
+                  hist_ptr, cbefore_ptr, plan_ptr, bufz_ptr, cabove_ptr, cmid_ptr, V, C,
                   PENALTIES: tl.constexpr, PER_PROGRAM: tl.constexpr, TILE: tl.constexpr,
                   CP2: tl.constexpr, BUF: tl.constexpr):
     """Rows with a top-k or a top-p: the final plan (a refined row's from its window, every
@@ -439,15 +466,15 @@ def gather_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr,
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
     zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
-    if (tl.load(temp_ptr + row) >= GREEDY) & ~bad & filtered(topk_ptr, topp_ptr, row, V):
-        invt = tl.load(invt_ptr + row)
+    if (sampling_row(rows_ptr, row)) & ~bad & filtered(rows_ptr, row, V):
+        invt = real(rows_ptr, row, F_INV_TEMPERATURE)
         refined, a, s, last, lo, hi, bk, n, n_skip, n_mid = _load_plan(plan_ptr, row)
         if refined:
-            k = tl.load(topk_ptr + row)
+            k = word(rows_ptr, row, F_TOP_K)
             total = tl.sum(chunk_masses(cmax_ptr, cnorm_ptr, row, C, zmax, invt, CP2), axis=0)
             lo, hi, bk, n, n_skip, n_mid = fine_plan(hist_ptr, chist_ptr, cbefore_ptr, row, C,
                                                      a, s, last, k, k < V,
-                                                     tl.load(topp_ptr + row), total, CP2)
+                                                     real(rows_ptr, row, F_TOP_P), total, CP2)
             if c == 0:
                 _store_plan(plan_ptr, row, refined, a, s, last, lo, hi, bk, n, n_skip, n_mid)
         # this chunk's offset: the candidates of the chunks before it
@@ -458,7 +485,7 @@ def gather_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr,
         for before in range(0, c):
             h = tl.load(counts_ptr + (row * C + before) * NB + bins).to(tl.int32)
             off += tl.sum(tl.where(cand_bin, h, 0), axis=0)
-        pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
+        pen = has_penalties(rows_ptr, row)
         above = tl.full((), 0.0, tl.float32)
         mid = tl.full((), 0.0, tl.float32)
         for t in range(0, PER_PROGRAM, TILE):
@@ -568,21 +595,19 @@ def _solve_candidates(bufz_ptr, row, n, zmax, invt, has_k, k, top_p, total, refi
 
 
 @triton.jit
-def solve_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_ptr,
-                 topk_ptr, topp_ptr, cmax_ptr, cbad_ptr, cnorm_ptr, plan_ptr, bufz_ptr,
-                 cabove_ptr, cmid_ptr, tau_ptr, V, C, PENALTIES: tl.constexpr,
-                 TILE: tl.constexpr, CP2: tl.constexpr, BUF: tl.constexpr,
-                 SMALL_BUF: tl.constexpr):
+def solve_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, cnorm_ptr, plan_ptr,
+                 bufz_ptr, cabove_ptr, cmid_ptr, tau_ptr, V, C, PENALTIES: tl.constexpr,
+                 TILE: tl.constexpr, CP2: tl.constexpr, BUF: tl.constexpr, SMALL_BUF: tl.constexpr):
     """One program per row with a top-k or a top-p: its threshold into ``tau``, from the
     sorted candidates where they fit and decide it, else by exact passes over the row."""
     row = tl.program_id(0).to(tl.int64)
     zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
-    if (tl.load(temp_ptr + row) >= GREEDY) & ~bad & filtered(topk_ptr, topp_ptr, row, V):
+    if (sampling_row(rows_ptr, row)) & ~bad & filtered(rows_ptr, row, V):
         ch = tl.arange(0, CP2)
-        invt = tl.load(invt_ptr + row)
-        k = tl.load(topk_ptr + row)
+        invt = real(rows_ptr, row, F_INV_TEMPERATURE)
+        k = word(rows_ptr, row, F_TOP_K)
         has_k = k < V
-        top_p = tl.load(topp_ptr + row)
+        top_p = real(rows_ptr, row, F_TOP_P)
         total = tl.sum(chunk_masses(cmax_ptr, cnorm_ptr, row, C, zmax, invt, CP2), axis=0)
         refined, a, s, _, _, hi, bk, n, n_skip, n_mid = _load_plan(plan_ptr, row)
         above = tl.sum(tl.load(cabove_ptr + row * C + ch, mask=ch < C, other=0.0), axis=0)
@@ -598,7 +623,7 @@ def solve_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, 
                                             total, refined, a, s, hi, bk, n_skip, n_mid, above,
                                             mid, V, BUF, BUF)
         if not inside:
-            pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
+            pen = has_penalties(rows_ptr, row)
             tau = _solve_row(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, has_k, k, top_p,
                              total, PENALTIES, TILE)
         tl.store(tau_ptr + row, tau)
@@ -617,27 +642,25 @@ def row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2: tl.constexpr):
 
 
 @triton.jit
-def kept_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_ptr,
-                topk_ptr, topp_ptr, minp_ptr, cmax_ptr, cbad_ptr, tau_ptr, ckept_ptr, V, C,
+def kept_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, tau_ptr, ckept_ptr, V, C,
                 PENALTIES: tl.constexpr, PER_PROGRAM: tl.constexpr, TILE: tl.constexpr,
                 CP2: tl.constexpr):
     """Each chunk's kept mass for the rows with a threshold (z >= tau, e >= min_p)."""
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
     zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
-    if (tl.load(temp_ptr + row) >= GREEDY) & ~bad & filtered(topk_ptr, topp_ptr, row, V):
-        pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
+    if (sampling_row(rows_ptr, row)) & ~bad & filtered(rows_ptr, row, V):
+        pen = has_penalties(rows_ptr, row)
         kept, _, _ = scan_chunk(l_ptr, l_stride, w_ptr, pen, row, c, V, zmax,
-                                tl.load(invt_ptr + row), tl.load(tau_ptr + row),
-                                tl.load(minp_ptr + row), 0.0, float("inf"), PENALTIES,
+                                real(rows_ptr, row, F_INV_TEMPERATURE), tl.load(tau_ptr + row),
+                                real(rows_ptr, row, F_MIN_P), 0.0, float("inf"), PENALTIES,
                                 PER_PROGRAM, TILE)
         tl.store(ckept_ptr + row * C + c, kept)
 
 
 @triton.jit(do_not_specialize=["step"])
-def pick_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, invt_ptr,
-                topk_ptr, topp_ptr, minp_ptr, u_ptr, slot_ptr, cmax_ptr, carg_ptr, cbad_ptr,
-                cnorm_ptr, ckept_ptr, out_ptr, tau_ptr, last_ptr, counts_ptr, V, C, step,
+def pick_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, carg_ptr, cbad_ptr, cnorm_ptr,
+                ckept_ptr, out_ptr, tau_ptr, last_ptr, counts_ptr, V, C, step,
                 PENALTIES: tl.constexpr, SAMPLING: tl.constexpr, PER_PROGRAM: tl.constexpr,
                 TILE: tl.constexpr, CP2: tl.constexpr):
     """The draw and the step's bookkeeping. Every chunk program of a sampling row finds the
@@ -652,22 +675,22 @@ def pick_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, i
     token = tl.load(carg_ptr + row * C + tl.argmax(maxes, axis=0, tie_break_left=True))
     tau = zmax
     if SAMPLING:  # noqa: SIM102 - a compile-time branch around a run-time one
-        if (tl.load(temp_ptr + row) >= GREEDY) & ~bad:
-            invt = tl.load(invt_ptr + row)
-            min_p = tl.load(minp_ptr + row)
-            filt = filtered(topk_ptr, topp_ptr, row, V)
+        if (sampling_row(rows_ptr, row)) & ~bad:
+            invt = real(rows_ptr, row, F_INV_TEMPERATURE)
+            min_p = real(rows_ptr, row, F_MIN_P)
+            filt = filtered(rows_ptr, row, V)
             plain = ~filt & (min_p <= 0.0)
             # plain rows: each chunk's mass against its own maximum, rescaled to the row's
             scaled = chunk_masses(cmax_ptr, cnorm_ptr, row, C, zmax, invt, CP2)
             kept = tl.load(ckept_ptr + row * C + ch, mask=(ch < C) & ~plain, other=0.0)
             prefix = tl.cumsum(tl.where(plain, scaled, kept), axis=0)  # (CP2,)
-            target = tl.load(u_ptr + row) * tl.max(prefix, axis=0)
+            target = real(rows_ptr, row, F_UNIFORM) * tl.max(prefix, axis=0)
             cstar = tl.minimum(tl.sum((prefix < target).to(tl.int32), axis=0), C - 1)
             owner = c == cstar
             if owner:
                 tau = tl.where(filt, tl.load(tau_ptr + row), float("-inf"))
                 run = tl.sum(tl.where(ch == cstar - 1, prefix, 0.0), axis=0)
-                pen = has_penalties(rep_ptr, pres_ptr, freq_ptr, row)
+                pen = has_penalties(rows_ptr, row)
                 _, found, last = scan_chunk(l_ptr, l_stride, w_ptr, pen, row, c, V, zmax, invt,
                                             tau, min_p, run, target, PENALTIES, PER_PROGRAM,
                                             TILE)
@@ -679,7 +702,7 @@ def pick_kernel(l_ptr, l_stride, w_ptr, rep_ptr, pres_ptr, freq_ptr, temp_ptr, i
         tl.store(out_ptr + row, tl.where(bad, -1, tok))
         tl.store(tau_ptr + row, tau)
         if step != 0:  # a run-time flag: one compiled kernel for a graph's warm-up and its body
-            slot = tl.load(slot_ptr + row)
+            slot = word(rows_ptr, row, F_SLOT).to(tl.int64)
             tl.store(last_ptr + slot, tok)
             if PENALTIES:
                 tl.atomic_add(counts_ptr + slot * V + tok, 1)
@@ -710,37 +733,31 @@ def _launch(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
                                                             device=dev)
     carg, cbad = torch.empty(2, b, c, dtype=torch.int32, device=dev)
     tau = torch.empty(b, dtype=torch.float32, device=dev)
-    inv_t = p.inv_t()
     sampling = not mode.all_greedy
     grid = (b, c)
     kw = dict(PENALTIES=pen, PER_PROGRAM=TOKENS_PER_PROGRAM, TILE=TILE, num_warps=4,
               enable_fp_fusion=False)
-    row = (logits, logits.stride(0), w, p.repetition, p.presence, p.frequency, p.temperature,
-           inv_t)
-    stats_kernel[grid](logits, logits.stride(0), w, counts, prompt, p.slot, p.repetition,
-                       p.presence, p.frequency, p.temperature, inv_t, cmax, carg, cbad, cnorm, v,
-                       c, SAMPLING=sampling, **kw)
+    row = (logits, logits.stride(0), w, p.block.contiguous())  # (B, ROW_WORDS): one pointer
+    stats_kernel[grid](*row[:3], counts, prompt, row[3], cmax, carg, cbad, cnorm, v, c,
+                       SAMPLING=sampling, **kw)
     if sampling:
         chist, hist = torch.empty(2, b, c, BINS, dtype=torch.int16, device=dev)  # coarse, window
         plan = torch.zeros(b, int(PLAN_WORDS), dtype=torch.int32, device=dev)
         bufz = torch.empty(b, BUF, dtype=torch.float32, device=dev)
-        filters = (p.top_k, p.top_p)
-        histogram_kernel[grid](*row, *filters, p.min_p, cmax, cbad, chist, ckept, v, c, CP2=cp2,
-                               **kw)
-        refine_kernel[grid](*row, *filters, cmax, cbad, cnorm, chist, plan, hist, cbefore, v, c,
-                            CP2=cp2, SMALL_BUF=SMALL_BUF, **kw)
-        gather_kernel[grid](*row, *filters, cmax, cbad, cnorm, chist, hist, cbefore, plan, bufz,
-                            cabove, cmid, v, c, CP2=cp2, BUF=BUF, **kw)
-        solve_kernel[(b,)](*row, *filters, cmax, cbad, cnorm, plan, bufz, cabove, cmid, tau, v, c,
+        histogram_kernel[grid](*row, cmax, cbad, chist, ckept, v, c, CP2=cp2, **kw)
+        refine_kernel[grid](*row, cmax, cbad, cnorm, chist, plan, hist, cbefore, v, c, CP2=cp2,
+                            SMALL_BUF=SMALL_BUF, **kw)
+        gather_kernel[grid](*row, cmax, cbad, cnorm, chist, hist, cbefore, plan, bufz, cabove,
+                            cmid, v, c, CP2=cp2, BUF=BUF, **kw)
+        solve_kernel[(b,)](*row, cmax, cbad, cnorm, plan, bufz, cabove, cmid, tau, v, c,
                            PENALTIES=pen, TILE=TILE, CP2=cp2, BUF=BUF, SMALL_BUF=SMALL_BUF,
                            num_warps=8, enable_fp_fusion=False)
-        kept_kernel[grid](*row, *filters, p.min_p, cmax, cbad, tau, ckept, v, c, CP2=cp2, **kw)
+        kept_kernel[grid](*row, cmax, cbad, tau, ckept, v, c, CP2=cp2, **kw)
         if paths is not None:
             paths.copy_(plan[:, 10])
     step = last_token is not None
-    pick_kernel[grid](*row, p.top_k, p.top_p, p.min_p, p.uniform, p.slot, cmax, carg, cbad,
-                      cnorm, ckept, out, tau, last_token if step else out, counts, v, c,
-                      int(step), SAMPLING=sampling, CP2=cp2, **kw)
+    pick_kernel[grid](*row, cmax, carg, cbad, cnorm, ckept, out, tau, last_token if step else out,
+                      counts, v, c, int(step), SAMPLING=sampling, CP2=cp2, **kw)
     return tau
 
 

@@ -22,7 +22,11 @@ uniform picks: with the same logits a row samples the same token alone or in any
 The uniform ``u`` of a row is a counter-based hash of (request seed, index of the token in the
 request's output), computed on the host with the row's other inputs (:func:`row_uniforms`):
 a request's random stream is the same whatever else shares its batch. A temperature below
-``GREEDY_BELOW`` (compared in float32, the same test on host and device) is greedy.
+``GREEDY_BELOW`` (``SamplingParams.greedy``, the one test, in float32) is greedy; the device
+reads the row's ``greedy`` word.
+
+A batch's rows arrive as :class:`RowParams`: the packed per-row block that
+``row_sampling.RowSampling`` declares, with a named view of each field.
 
 This module is the plain-torch reference (CPU and any device); ``fused_sampler`` computes the
 same rule in Triton kernels without sorting the vocabulary, selected by ``SamplerMode.fused``.
@@ -36,14 +40,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-import numpy as np
 import torch
 
 from decodelab.core.validate import ConfigError
 from decodelab.engine.randomness import key_uniforms, row_uniforms, seed_keys
-from decodelab.engine.requests import GREEDY_BELOW
+from decodelab.engine.row_sampling import RowParams
 
-__all__ = ["key_uniforms", "row_uniforms", "seed_keys"]  # the engine's inputs read them here
+# the engine's inputs read these here
+__all__ = ["RowParams", "key_uniforms", "row_uniforms", "seed_keys"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,45 +119,6 @@ def chunk_for(vocab: int, k_cand: int) -> int:
     return 0
 
 
-def inv_temperature(temperature: np.ndarray) -> np.ndarray:
-    """float32 1 / T, 1 for greedy rows: IEEE float32 division, as on the device."""
-    t = np.asarray(temperature, dtype=np.float32)
-    return np.float32(1.0) / np.where(t >= np.float32(GREEDY_BELOW), t, np.float32(1.0))
-
-
-NO_TOP_K = 1 << 31  # the device-side top-k of a row without one: more than any vocabulary
-
-
-def device_top_k(top_k: int) -> int:
-    return top_k if top_k > 0 else NO_TOP_K
-
-
-@dataclass(slots=True)
-class RowParams:
-    """Per-row sampling inputs on the device, (B,) each (views of the engine's static buffers)."""
-
-    temperature: torch.Tensor  # float32; below GREEDY_BELOW = greedy
-    top_k: torch.Tensor  # int64; rows without a top-k hold NO_TOP_K
-    top_p: torch.Tensor  # float32
-    min_p: torch.Tensor  # float32
-    repetition: torch.Tensor  # float32
-    presence: torch.Tensor  # float32
-    frequency: torch.Tensor  # float32
-    uniform: torch.Tensor  # float32, from row_uniforms
-    slot: torch.Tensor  # int64 row -> slot of the penalty tables
-    # float32 1 / temperature (1 for greedy rows), from ``inv_temperature`` on the host:
-    # three device ops fewer per step; None: computed on the device
-    inv_temperature: torch.Tensor | None = None
-
-    def inv_t(self) -> torch.Tensor:
-        if self.inv_temperature is not None:
-            return self.inv_temperature
-        return torch.where(self.sampling(), self.temperature, 1.0).reciprocal_()
-
-    def sampling(self) -> torch.Tensor:
-        return self.temperature >= GREEDY_BELOW  # float32 compare, as in the kernels
-
-
 @dataclass(slots=True)
 class PenaltyState:
     """Token statistics per slot for the penalties: (S, V) each."""
@@ -185,9 +150,10 @@ def apply_penalties(z: torch.Tensor, p: RowParams, state: PenaltyState) -> torch
     """z (B, V) float32 -> penalised copy."""
     counts = state.counts.index_select(0, p.slot).to(torch.float32)  # (B, V)
     seen = (counts > 0) | state.in_prompt.index_select(0, p.slot)
-    rep = p.repetition[:, None]
+    rep = p.repetition_penalty[:, None]
     z = torch.where(seen, torch.where(z > 0, z / rep, z * rep), z)
-    return z - p.frequency[:, None] * counts - p.presence[:, None] * (counts > 0).to(z.dtype)
+    return (z - p.frequency_penalty[:, None] * counts
+            - p.presence_penalty[:, None] * (counts > 0).to(z.dtype))
 
 
 def penalised(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
@@ -232,9 +198,10 @@ def sample_step(logits: torch.Tensor, p: RowParams, mode: SamplerMode, penalties
         fused_sampler.sample_step(logits, p, mode, penalties, last_token, out)
         return
     tokens, bad = sample(logits, p, mode, penalties)
-    last_token.index_copy_(0, p.slot, tokens)
+    slot = p.slot.long()
+    last_token.index_copy_(0, slot, tokens)
     if mode.penalties:
-        penalties.record(p.slot, tokens)
+        penalties.record(slot, tokens)
     out.copy_(tokens).masked_fill_(bad, -1)
 
 
@@ -268,7 +235,8 @@ def keep_threshold(z: torch.Tensor, top: torch.Tensor, e: torch.Tensor, p: RowPa
     n = vals.shape[1]
     ninf = torch.full_like(top, float("-inf"))
     has_k = p.top_k < z.shape[1]
-    tk = torch.where(has_k, vals.gather(1, p.top_k.clamp(max=n)[:, None] - 1).squeeze(1), ninf)
+    tk = torch.where(has_k, vals.gather(1, p.top_k.long().clamp(max=n)[:, None] - 1).squeeze(1),
+                     ninf)
     in_k = z >= tk[:, None]
     total = torch.where(has_k, (e * in_k).sum(dim=-1), e.sum(dim=-1))  # (B,)
     ve = torch.exp((vals - top[:, None]) * p.inv_t()[:, None]) * (vals >= tk[:, None])

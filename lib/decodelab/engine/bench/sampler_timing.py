@@ -101,10 +101,9 @@ def _mixed(p: RowParams, pen: PenaltyState) -> RowParams:
     """The same rows with every fourth greedy and every third penalised (copies). The
     penalised rows' slots count every token once already, so the step's own counting (each
     timed call adds one) leaves their penalised logits, and so a replay's tokens, unchanged."""
-    q = RowParams(*(getattr(p, f).clone() for f in RowParams.__slots__))
-    q.temperature[::4] = 0.0
-    q.inv_temperature[::4] = 1.0
-    q.repetition[::3], q.presence[::3] = 1.2, 0.3
+    q = RowParams(p.block.clone())
+    q.greedy[::4], q.inv_temperature[::4] = 1, 1.0
+    q.repetition_penalty[::3], q.presence_penalty[::3] = 1.2, 0.3
     pen.counts[q.slot[::3]] = 1
     return q
 
