@@ -38,6 +38,7 @@ measure_live = True  # measure this machine (without CUDA: eager on the CPU back
 from IPython.display import Markdown, display
 
 from decodelab import plots
+from decodelab.core.interact import interact
 from decodelab.dispatch import SEED_CPU_REDUCTION, crossovers, graph_ratios, nearest_point
 from decodelab.dispatch import notebook as nb
 from decodelab.dispatch.analysis import sweep_base
@@ -189,10 +190,9 @@ else:
                                            value=first[name], description=name)
 
         def show(hidden, layers, batch):
-            figs.point_figure(nearest_point(rows, hidden, layers, batch))
+            nb.show_point(rows, hidden, layers, batch, figs.point_figure)
 
-        widgets.interact(show, hidden=choice("hidden"), layers=choice("layers"),
-                         batch=choice("batch"))
+        interact(show, hidden=choice("hidden"), layers=choice("layers"), batch=choice("batch"))
     elif (named := nb.shown_as(rows, first)) is not None:
         display(Markdown(f"The sweep's base (H={first['hidden']}, L={first['layers']}, "
                          f"B={first['batch']}) is the `{named}` config shown above; the "

@@ -36,6 +36,10 @@ NOTEBOOK = "01_dispatch"
 # The explorer reads the stored results only (no measurement: the test is about the widgets).
 OVERRIDES = {"profile": "smoke", "interactive": True, "measure_live": False}
 RUN_TIMEOUT_MS = 300_000
+# Checks in the page poll on a timer: Playwright's default (requestAnimationFrame) may stall in a
+# headless page that draws nothing, and the check would then never run again.
+POLL_MS = 250
+UPDATE_TIMEOUT_MS = 60_000  # one explorer update, once its first figure is there
 FIGURE = ".widget-interact img"  # the explorer's figure, in the output of widgets.interact
 EDITED = "00_environment"  # the notebook the edit test changes (a copy of it)
 
@@ -82,7 +86,8 @@ def _open(page, lab, name: str) -> None:
     page.wait_for_selector(".jp-NotebookPanel .jp-Notebook", timeout=RUN_TIMEOUT_MS)
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell"
                            ".currentWidget && window.jupyterapp.shell.currentWidget"
-                           ".sessionContext.session?.kernel", timeout=RUN_TIMEOUT_MS)
+                           ".sessionContext.session?.kernel", timeout=RUN_TIMEOUT_MS,
+                           polling=POLL_MS)
 
 
 def _figure_src(page) -> str | None:
@@ -104,14 +109,24 @@ def test_explorer_slider_changes_the_figure(tmp_path):
         handle.scroll_into_view_if_needed()
         handle.focus()
         page.keyboard.press("End")  # the slider's last value: another configuration
-        page.wait_for_function(
-            "([sel, old]) => { const i = document.querySelectorAll(sel);"
-            " return i.length && i[i.length - 1].src !== old; }",
-            arg=[FIGURE, before], timeout=RUN_TIMEOUT_MS)
+        try:
+            page.wait_for_function(
+                "([sel, old]) => { const i = document.querySelectorAll(sel);"
+                " return i.length && i[i.length - 1].src !== old; }",
+                arg=[FIGURE, before], timeout=UPDATE_TIMEOUT_MS, polling=POLL_MS)
+        except playwright.TimeoutError:
+            kernel = page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext"
+                                   ".session?.kernel?.status")
+            pytest.fail(f"the figure did not change: the slider reads {readout.inner_text()} "
+                        f"(was {old_value}), kernel {kernel}, the explorer shows "
+                        f"{page.locator('.widget-interact').last.inner_text()[:800]!r}")
         after = _figure_src(page)
         assert readout.inner_text() != old_value, "the slider did not move"
         assert before.startswith("data:image/png") and after.startswith("data:image/png")
         assert after != before, "the explorer's figure did not change"
+        said = page.locator(".widget-interact").last.inner_text()
+        assert f"H={readout.inner_text()}," in said and "easured" in said, \
+            "the explorer does not say which configuration it shows"
         errors = page.locator(".jp-OutputArea-output[data-mime-type="
                               "'application/vnd.jupyter.stderr'] >> text=Traceback")
         assert errors.count() == 0

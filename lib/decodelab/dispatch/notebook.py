@@ -1,8 +1,9 @@
 """Notebook 01_dispatch: its parameters and the helpers it calls (measurement with progress,
-the per-origin views of table ``dispatch`` and the prose built from them)."""
+the per-origin views of table ``dispatch``, the prose built from them, the explorer's points)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -120,3 +121,45 @@ def shown_as(rows: pd.DataFrame, point: pd.Series) -> str | None:
     same = rows[(rows["config"] != "sweep") & (rows["hidden"] == point["hidden"])
                 & (rows["layers"] == point["layers"]) & (rows["batch"] == point["batch"])]
     return str(same["config"].iloc[0]) if not same.empty else None
+
+
+def _hlb(row) -> str:
+    return f"H={row['hidden']}, L={row['layers']}, B={row['batch']}"
+
+
+def explorer_point(rows: pd.DataFrame, hidden: int, layers: int,
+                   batch: int) -> tuple[pd.DataFrame, str]:
+    """The rows (every mode) the explorer draws for the chosen (H, L, B) and a Markdown line
+    saying what they are. The sweep varies one of H, L, B at a time, so most choices were not
+    measured: then the nearest measured configuration (log distance) stands in, the line says
+    so and lists what was measured at the chosen H."""
+    from decodelab.dispatch.analysis import nearest_point
+
+    point = nearest_point(rows, hidden, layers, batch)
+    shown = point.drop_duplicates("mode").iloc[0]  # the row point_figure titles
+    what = f"{_hlb(shown)} (`{shown['config']}`)"
+    if (shown["hidden"], shown["layers"], shown["batch"]) == (hidden, layers, batch):
+        return point, f"Measured: {what}."
+    chosen = {"hidden": hidden, "layers": layers, "batch": batch}
+    at_h = rows[rows["hidden"] == hidden].drop_duplicates(["layers", "batch", "config"])
+    listed = "; ".join(f"L={r['layers']}, B={r['batch']} (`{r['config']}`)"
+                       for _, r in at_h.sort_values(["layers", "batch"]).iterrows())
+    return point, (f"**Not measured at {_hlb(chosen)}**: shown is the nearest measured "
+                   f"configuration (log distance), {what}. Measured at H={hidden}: {listed}.")
+
+
+def show_point(rows: pd.DataFrame, hidden: int, layers: int, batch: int,
+               figure: Callable[[pd.DataFrame], object]) -> None:
+    """One step of the explorer: :func:`explorer_point`'s line, then ``figure`` of its rows,
+    shown under ``core.interact.DRAWING`` (one point at a time: matplotlib is not
+    thread-safe, and JupyterLab may run two slider callbacks at once)."""
+    import matplotlib.pyplot as plt
+    from IPython.display import Markdown, display
+
+    from decodelab.core.interact import DRAWING
+
+    with DRAWING:
+        point, line = explorer_point(rows, hidden, layers, batch)
+        display(Markdown(line))
+        figure(point)
+        plt.show()

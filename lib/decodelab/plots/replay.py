@@ -6,6 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from decodelab.core.interact import DRAWING, interact
 from decodelab.plots.palette import mode_color, origin_label
 
 _KIND_COLORS = {"graph": mode_color("graph"), "eager": mode_color("eager")}
@@ -128,17 +129,15 @@ def tradeoff_figure(model: pd.DataFrame, simulated: pd.DataFrame | None = None, 
     return fig
 
 
-def explorer(model, k_values, p_stop: float, *, interactive: bool):
-    """Choose K and the stop probability; show the model's trade-off at that point.
-
-    ``model`` is a :class:`decodelab.replay.tradeoff.ChunkModel`. Without ``interactive`` (or
-    without ipywidgets) it shows the static figure at the best K for ``p_stop``.
-    """
+def explorer_point(model, k_values, k: int, p: float) -> None:
+    """What the explorer shows at (K, p): one line of the model's numbers and the trade-off
+    figure with K marked, drawn and shown under ``core.interact.DRAWING``: one point at a time,
+    when JupyterLab runs two slider callbacks at once (matplotlib is not thread-safe)."""
     from IPython.display import Markdown, display
 
     from decodelab.replay.tradeoff import best_k, tradeoff
 
-    def show(k: int, p: float):
+    with DRAWING:
         frame = tradeoff(model, list(k_values), p)
         row = tradeoff(model, [k], p).iloc[0]
         display(Markdown(
@@ -148,6 +147,18 @@ def explorer(model, k_values, p_stop: float, *, interactive: bool):
             f"{best_k(model, p)})"))
         tradeoff_figure(frame, mark_k=k)
         plt.show()
+
+
+def explorer(model, k_values, p_stop: float, *, interactive: bool):
+    """Choose K and the stop probability; show the model's trade-off at that point.
+
+    ``model`` is a :class:`decodelab.replay.tradeoff.ChunkModel`. Without ``interactive`` (or
+    without ipywidgets) it shows the static figure at the best K for ``p_stop``.
+    """
+    from decodelab.replay.tradeoff import best_k
+
+    def show(k: int, p: float):
+        explorer_point(model, k_values, k, p)
 
     if interactive:
         try:
@@ -160,4 +171,4 @@ def explorer(model, k_values, p_stop: float, *, interactive: bool):
                                        description="K")
     p_slider = widgets.FloatLogSlider(value=p_stop, base=10, min=-4, max=-0.3, step=0.05,
                                       description="p stop")
-    return widgets.interact(show, k=k_slider, p=p_slider)
+    return interact(show, k=k_slider, p=p_slider)
