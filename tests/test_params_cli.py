@@ -3,8 +3,11 @@ parameters cell matches its dataclass (names, defaults, one comment each), and a
 notebook run straight through papermill ends in the command line's one-line message."""
 
 import dataclasses
+import json
 import math
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -157,3 +160,97 @@ def test_papermill_run_with_a_bad_value_shows_the_cli_message_as_one_line(capsys
     errors = [o for c in nbformat.read(out, as_version=4).cells if c.cell_type == "code"
               for o in c.get("outputs", []) if o.output_type == "error"]
     assert [e["traceback"] for e in errors] == [[cli_line]]
+
+
+SMALL_CELLS = ['profile = "smoke"  # the profile\ninteractive = True  # sliders',
+               "from decodelab.core.params import NotebookParams\n"
+               "params = NotebookParams.from_cell(globals())\n"
+               "print('interactive', params.interactive)"]
+
+
+def _small_notebook(path):
+    """The smallest notebook of this project's shape: a parameters cell, then from_cell."""
+    import nbformat
+
+    cells = [nbformat.v4.new_code_cell(SMALL_CELLS[0], metadata={"tags": ["parameters"]}),
+             nbformat.v4.new_code_cell(SMALL_CELLS[1])]
+    nb = nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    nbformat.write(nb, path)
+    return path
+
+
+def _papermill(tmp_path, *params: str) -> subprocess.CompletedProcess:
+    """The papermill command line on the small notebook, as a user runs it."""
+    src = _small_notebook(tmp_path / "small.ipynb")
+    return subprocess.run([sys.executable, "-m", "papermill", str(src),
+                           str(tmp_path / "small.out.ipynb"), "--no-progress-bar", *params],
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def _printed(path) -> str:
+    import nbformat
+
+    return "".join(o.get("text", "") for c in nbformat.read(path, as_version=4).cells
+                   if c.cell_type == "code" for o in c.get("outputs", [])
+                   if o.output_type == "stream")
+
+
+@pytest.mark.parametrize("params", [(), ("-p", "interactive", "True")])
+def test_interactive_is_false_under_plain_papermill(tmp_path, params):
+    pytest.importorskip("papermill")
+    run = _papermill(tmp_path, *params)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert _printed(tmp_path / "small.out.ipynb") == "interactive False\n"
+
+
+def test_interactive_stays_true_where_a_person_runs_the_notebook():
+    """A kernel asked as JupyterLab, Colab or VS Code ask it (``allow_stdin=True``)."""
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3")
+    try:
+        printed = []
+        for source in SMALL_CELLS:
+            msg_id = kc.execute(source, allow_stdin=True)
+            while True:
+                msg = kc.get_iopub_msg(timeout=120)
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                if msg["msg_type"] == "stream":
+                    printed.append(msg["content"]["text"])
+                if msg["msg_type"] == "error":
+                    pytest.fail("\n".join(msg["content"]["traceback"]))
+                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                    break
+        assert "".join(printed) == "interactive True\n"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+@pytest.mark.slow
+def test_decodelab_run_shows_static_figures(tmp_path, monkeypatch):
+    """``decodelab run`` injects every parameter (``interactive=True`` by default): the kernel
+    still draws no widget."""
+    pytest.importorskip("papermill")
+    monkeypatch.setenv("DECODELAB_LOCAL", str(tmp_path / "local"))
+    out = tmp_path / "executed"
+    assert main(["run", "01", "--profile", "smoke", "-p", "measure_live", "False",
+                 "--out", str(out)]) == 0
+    executed = json.loads((out / "01_dispatch.ipynb").read_text())
+    kinds = {k for c in executed["cells"] for o in c.get("outputs", []) for k in o.get("data", {})}
+    assert "application/vnd.jupyter.widget-view+json" not in kinds
+    assert "image/png" in kinds  # the explorer's static figure (or the named config's) is there
+
+
+def test_plain_papermill_with_a_bad_value_ends_with_the_one_line(tmp_path):
+    """papermill's own command line prints its traceback (its frames only, none of the
+    library's) and ends with the line the CLI prints; the exit status says it failed."""
+    pytest.importorskip("papermill")
+    run = _papermill(tmp_path, "-p", "profile", "turbo")
+    assert run.returncode != 0
+    last = run.stderr.strip().splitlines()[-1]
+    assert last == ("error: notebook.profile='turbo': must be one of 'auto', 'smoke', 'cpu', "
+                    "'gpu'")
+    assert "lib/decodelab" not in run.stderr and "ParameterError" not in run.stderr

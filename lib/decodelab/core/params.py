@@ -9,7 +9,9 @@ and the listing cannot drift. Checks that span fields go in :meth:`NotebookParam
 
 In a notebook, the cell after the parameters builds the dataclass with
 :meth:`NotebookParams.from_cell`; a bad value then ends that cell with one line, the message
-the command line prints, instead of a traceback through the library.
+the command line prints, instead of a traceback through the library. There ``interactive``
+becomes False in a batch run (:func:`batch_run`: papermill, ``decodelab run``/``report``,
+nbconvert), where no one can move a slider, whatever the cell or the run set.
 """
 
 from __future__ import annotations
@@ -93,6 +95,20 @@ class ParameterError(ConfigError):
         return [f"error: {self}"]
 
 
+def batch_run() -> bool:
+    """True where no person can answer the notebook: outside a kernel, or in a kernel whose
+    current request accepts no input. papermill, nbclient and nbconvert send every cell with
+    ``allow_stdin=False``; JupyterLab, Colab and VS Code send it with True."""
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    kernel = getattr(ipython.get_ipython(), "kernel", None) if ipython else None
+    if kernel is None:
+        return True
+    parent = kernel.get_parent() if hasattr(kernel, "get_parent") else kernel._parent_header
+    return not parent.get("content", {}).get("allow_stdin", False)
+
+
 @dataclass(frozen=True, slots=True)
 class NotebookParams:
     NOTEBOOK: ClassVar[str] = "notebook"
@@ -121,7 +137,8 @@ class NotebookParams:
 
     @classmethod
     def from_cell(cls, namespace: Mapping[str, Any]) -> NotebookParams:
-        """Build from the notebook's globals (the parameters cell, after papermill's injection).
+        """Build from the notebook's globals (the parameters cell, after papermill's injection);
+        ``interactive`` is False in a :func:`batch_run`.
 
         A bad or missing value raises :class:`ParameterError`: one line in the notebook."""
         names = [f.name for f in dataclasses.fields(cls)]
@@ -129,9 +146,12 @@ class NotebookParams:
         try:
             if missing:
                 raise ConfigError(f"{cls.NOTEBOOK}: the parameters cell lacks {missing[0]!r}")
-            return cls(**{n: namespace[n] for n in names})
+            params = cls(**{n: namespace[n] for n in names})
         except ConfigError as exc:
             raise ParameterError(str(exc)) from None
+        if params.interactive and batch_run():  # no one to move the sliders: static figures
+            object.__setattr__(params, "interactive", False)
+        return params
 
     @classmethod
     def describe(cls) -> list[ParamInfo]:
