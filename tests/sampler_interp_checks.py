@@ -287,8 +287,23 @@ def full_size() -> None:
     assert (paths[flat] == 1).all(), paths  # flat top-p rows: their window refined
 
 
+def grid() -> None:
+    """The sampler grid bench's fused rows (tiny sizes): every kind validated against the rule
+    and the torch sampler, none on exact row passes."""
+    from decodelab.core.timing import TimingConfig
+    from decodelab.engine.bench import sampler_grid
+
+    _small_programs()
+    cfg = sampler_grid.GridConfig((4,), (2048,), (*sampler_grid.KINDS, "mix"), ("fused",),
+                                  timing=TimingConfig(0, 1, 1))
+    rows = sampler_grid.grid_rows(cfg, torch.device("cpu"))
+    assert len(rows) == len(cfg.kinds) and all(r.row_passes == 0 for r in rows), rows
+    assert all(r.in_kept_set >= 0.75 and r.agrees_with_torch >= 0.75 for r in rows), rows
+
+
 CHECKS = {"kinds": kinds, "ties": ties, "invariance": invariance, "penalties": penalties,
-          "edges": edges, "step": step, "fallback": fallback, "full_size": full_size}
+          "edges": edges, "step": step, "fallback": fallback, "full_size": full_size,
+          "grid": grid}
 
 if __name__ == "__main__":
     _scalar_loop_bounds()

@@ -52,7 +52,7 @@ def test_fused_sampler_follows_the_rule_for_every_row_kind():
 def test_fused_sampler_penalties_exact_passes_and_gpu_sizes():
     """Penalised rows of every kind; rows whose candidates pass a scaled-down buffer take the
     exact row passes and still follow the rule; the issue-24 mix at V = 128256 in bf16 with
-    the GPU's program sizes, every row on the candidates."""
-    checks = ("penalties", "fallback", "full_size")
+    the GPU's program sizes, every row on the candidates; the sampler grid's fused rows."""
+    checks = ("penalties", "fallback", "full_size", "grid")
     out = _run(*checks, script="sampler_interp_checks.py", timeout=3000)
     assert out.splitlines() == [f"{c}: ok" for c in checks]

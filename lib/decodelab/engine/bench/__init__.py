@@ -26,6 +26,7 @@ Tables:
   (its callback raises, it is aborted, its logits turn non-finite) and two malformed ones
   are rejected at admission.
 - ``runtime_errors``: that workload's outcomes and errors by class (counts).
+- ``sampler_grid`` (GPU only): the samplers at every setting, batch and vocabulary.
 
 Validated before timing: the engine's greedy tokens with graphs equal those of the eager
 engine on a full bucket; on a GPU, the engine's captured sampler equals its eager body token
@@ -45,7 +46,7 @@ import torch
 from decodelab.core.device import sized
 from decodelab.core.profiles import on_bench_device
 from decodelab.core.results import stamped, write_table
-from decodelab.engine.bench import checks, sampler_timing, step_timing, workload
+from decodelab.engine.bench import checks, sampler_grid, sampler_timing, step_timing, workload
 from decodelab.engine.bench.config import RuntimeBenchConfig, graph_buckets
 from decodelab.engine.bench.rows import BatchRow, RuntimeRow, StepRow
 from decodelab.engine.config import EngineConfig
@@ -142,7 +143,8 @@ def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Pa
               ("runtime_batch", batch_rows), ("runtime_requests", request_rows),
               ("runtime_errors", error_rows))
     return [write_table(name, stamped(table, **run), out_dir=out_dir, config=cfg,
-                        profile=profile) for name, table in tables if table]
+                        profile=profile) for name, table in tables if table] + (
+        sampler_grid.write_grid(dev, out_dir, profile) if dev.type == "cuda" else [])
 
 
 def _optional(name: str, fn, *, required: bool = False):

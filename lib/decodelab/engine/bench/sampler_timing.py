@@ -86,7 +86,7 @@ def sampler_rows(logits: torch.Tensor, dev: torch.device) -> list[SamplerRow]:
         if dev.type == "cuda":
             t = time_cuda(fn, tcfg)
             issued_s, host_s = t.device_stats().median, t.host_stats().median
-            device_s = _graph_device_time(fn, tcfg)
+            device_s = graph_device_time(fn, tcfg)
         else:
             t = time_host(fn, tcfg)
             issued_s = device_s = t.wall_stats().median
@@ -108,7 +108,7 @@ def _mixed(p: RowParams, pen: PenaltyState) -> RowParams:
     return q
 
 
-def _graph_device_time(fn, tcfg: TimingConfig) -> float:
+def graph_device_time(fn, tcfg: TimingConfig) -> float:
     """Device time of ``fn``'s kernels back to back: ``fn`` captured in a CUDA graph and
     replayed, so the host's launch rate cannot stretch it; checked against the eager result.
     NaN if capture fails (the eager-issued time is still reported)."""
