@@ -232,12 +232,11 @@ def test_interactive_stays_true_where_a_person_runs_the_notebook():
 @pytest.mark.slow
 def test_decodelab_run_shows_static_figures(tmp_path, monkeypatch):
     """``decodelab run`` injects every parameter (``interactive=True`` by default): the kernel
-    still draws no widget."""
+    still draws no widget, neither the explorer's sliders nor the measurement's progress bar."""
     pytest.importorskip("papermill")
     monkeypatch.setenv("DECODELAB_LOCAL", str(tmp_path / "local"))
     out = tmp_path / "executed"
-    assert main(["run", "01", "--profile", "smoke", "-p", "measure_live", "False",
-                 "--out", str(out)]) == 0
+    assert main(["run", "01", "--profile", "smoke", "--out", str(out)]) == 0
     executed = json.loads((out / "01_dispatch.ipynb").read_text())
     kinds = {k for c in executed["cells"] for o in c.get("outputs", []) for k in o.get("data", {})}
     assert "application/vnd.jupyter.widget-view+json" not in kinds

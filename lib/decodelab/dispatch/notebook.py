@@ -24,16 +24,18 @@ class NotebookParams(BaseParams):
 
 
 def measure(profile: str) -> tuple[list, list[str]]:
-    """Validate and time every point of the profile's plan, with a progress bar (a notebook
-    widget in JupyterLab, text elsewhere): (rows, failures)."""
+    """Validate and time every point of the profile's plan, with a progress bar where a person
+    watches (a notebook widget in JupyterLab; none in a batch run, whose executed notebook and
+    report would keep the widget's first frame, 0%): (rows, failures)."""
     import torch
     from tqdm.auto import tqdm
 
+    from decodelab.core.params import batch_run
     from decodelab.dispatch.bench import DispatchBenchConfig, points, run
 
     plan = DispatchBenchConfig.for_profile(profile)
     with tqdm(total=2 * len(points(plan)), desc="dispatch points (time, then profile)",
-              unit="pt") as bar:
+              unit="pt", disable=batch_run()) as bar:
         def log(line: str) -> None:
             bar.update(1)
             bar.set_postfix_str(line.removeprefix("[dispatch] ")[:60], refresh=False)
