@@ -130,19 +130,23 @@ LARGE_ROWS = [(1.0, 0, 0.9, 0.0, 1.0, 0.0, 0.0), (0.8, 1500, 1.0, 0.0, 1.0, 0.0,
 
 
 @pytest.mark.parametrize("row", LARGE_ROWS)
-def test_large_nucleus_rows_follow_their_distribution(row):
+@pytest.mark.parametrize("sampler", ["torch", pytest.param("fused", marks=pytest.mark.gpu)])
+def test_large_nucleus_rows_follow_their_distribution(row, sampler):
     """A flat row (V = 4096, the 0.9 nucleus ~2800 tokens) against its textbook distribution:
     no token outside its kept set, and Pearson's chi-square over 40 groups of consecutive
-    token ids of equal expected mass (20,000 draws, 2,000 at a time)."""
+    token ids of equal expected mass (20,000 draws, 2,000 at a time); ``fused``: the Triton
+    kernels on a GPU."""
     g = torch.Generator().manual_seed(12)
     logits = torch.randn(1, 4096, generator=g) * 0.7
     want = expected(logits[0].numpy(), row, np.zeros(4096), np.zeros(4096, dtype=bool))
     assert (want > 0).sum() > 1024
+    dev = torch.device("cuda" if sampler == "fused" else "cpu")
+    mode = SamplerMode(False, False, 0, fused=sampler == "fused")
     counts = np.zeros(4096, dtype=np.int64)
     for part in range(10):
-        p = params_for([row], 2000, counter0=2000 * part)
-        tokens, _ = sample(logits.expand(2000, -1), p, SamplerMode(False, False, 0))
-        counts += np.bincount(tokens.numpy(), minlength=4096)
+        p = RowParams(params_for([row], 2000, counter0=2000 * part).block.to(dev))
+        tokens, _ = sample(logits.to(dev).expand(2000, -1).contiguous(), p, mode)
+        counts += np.bincount(tokens.cpu().numpy(), minlength=4096)
     assert np.all(counts[want == 0] == 0), "tokens outside the kept set"
     group = np.minimum((np.cumsum(want) - want / 2) * 40, 39).astype(int)  # (V,) group ids
     ok, stat, bound = chi_square_ok(np.bincount(group, counts, 40), np.bincount(group, want, 40))
