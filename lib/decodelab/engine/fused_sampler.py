@@ -256,7 +256,7 @@ def histogram_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, hist_
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
     zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
-    if (sampling_row(rows_ptr, row)) & ~bad:
+    if sampling_row(rows_ptr, row) & ~bad:
         pen = has_penalties(rows_ptr, row)
         invt = real(rows_ptr, row, F_INV_TEMPERATURE)
         min_p = real(rows_ptr, row, F_MIN_P)
@@ -399,7 +399,7 @@ def refine_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, cnorm_pt
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
     zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
-    if (sampling_row(rows_ptr, row)) & ~bad & filtered(rows_ptr, row, V):
+    if sampling_row(rows_ptr, row) & ~bad & filtered(rows_ptr, row, V):
         invt = real(rows_ptr, row, F_INV_TEMPERATURE)
         k = word(rows_ptr, row, F_TOP_K)
         total = tl.sum(chunk_masses(cmax_ptr, cnorm_ptr, row, C, zmax, invt, CP2), axis=0)
@@ -466,7 +466,7 @@ def gather_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, cnorm_pt
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
     zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
-    if (sampling_row(rows_ptr, row)) & ~bad & filtered(rows_ptr, row, V):
+    if sampling_row(rows_ptr, row) & ~bad & filtered(rows_ptr, row, V):
         invt = real(rows_ptr, row, F_INV_TEMPERATURE)
         refined, a, s, last, lo, hi, bk, n, n_skip, n_mid = _load_plan(plan_ptr, row)
         if refined:
@@ -602,7 +602,7 @@ def solve_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, cnorm_ptr
     sorted candidates where they fit and decide it, else by exact passes over the row."""
     row = tl.program_id(0).to(tl.int64)
     zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
-    if (sampling_row(rows_ptr, row)) & ~bad & filtered(rows_ptr, row, V):
+    if sampling_row(rows_ptr, row) & ~bad & filtered(rows_ptr, row, V):
         ch = tl.arange(0, CP2)
         invt = real(rows_ptr, row, F_INV_TEMPERATURE)
         k = word(rows_ptr, row, F_TOP_K)
@@ -649,7 +649,7 @@ def kept_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, tau_ptr, c
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
     zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
-    if (sampling_row(rows_ptr, row)) & ~bad & filtered(rows_ptr, row, V):
+    if sampling_row(rows_ptr, row) & ~bad & filtered(rows_ptr, row, V):
         pen = has_penalties(rows_ptr, row)
         kept, _, _ = scan_chunk(l_ptr, l_stride, w_ptr, pen, row, c, V, zmax,
                                 real(rows_ptr, row, F_INV_TEMPERATURE), tl.load(tau_ptr + row),
@@ -675,7 +675,7 @@ def pick_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, carg_ptr, cbad_ptr, 
     token = tl.load(carg_ptr + row * C + tl.argmax(maxes, axis=0, tie_break_left=True))
     tau = zmax
     if SAMPLING:  # noqa: SIM102 - a compile-time branch around a run-time one
-        if (sampling_row(rows_ptr, row)) & ~bad:
+        if sampling_row(rows_ptr, row) & ~bad:
             invt = real(rows_ptr, row, F_INV_TEMPERATURE)
             min_p = real(rows_ptr, row, F_MIN_P)
             filt = filtered(rows_ptr, row, V)
