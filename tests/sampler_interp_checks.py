@@ -305,9 +305,16 @@ CHECKS = {"kinds": kinds, "ties": ties, "invariance": invariance, "penalties": p
           "edges": edges, "step": step, "fallback": fallback, "full_size": full_size,
           "grid": grid}
 
+SIZES = ("TOKENS_PER_PROGRAM", "TILE", "BUF", "SMALL_BUF")
+
 if __name__ == "__main__":
+    from decodelab.engine import fused_sampler
+
     _scalar_loop_bounds()
     _bool_comparisons()
+    gpu_sizes = {name: getattr(fused_sampler, name) for name in SIZES}
     for name in sys.argv[1:]:
+        for size, value in gpu_sizes.items():  # a check's scaled sizes end with it
+            setattr(fused_sampler, size, value)
         CHECKS[name]()
         print(f"{name}: ok")
