@@ -219,8 +219,10 @@ def test_run_rows_from_a_trace():
     recs = (RequestRecord("a", "finished", "length", 10, 3, 0, 0.1, 0.02, 0.2),
             RequestRecord("b", "finished", "length", 20, 5, 1, 0.3, 0.04, 0.5))
     floor = StepFloor(0.1, 0.05, 0.05, 0.0)  # 0.15 s each
-    steps = tuple(StepTrace(StepWork.decode([11, 21]), 2, 0.3, floor) for _ in range(4))
-    trace = RunTrace(recs, ((0.0, 0.1, 0.3), (0.0, 0.5)), steps, duration_s=2.0)
+    steps = tuple(StepTrace(StepWork.decode([11, 21]), 2, 0.3, floor, gc_s=0.01 * (i == 2))
+                  for i in range(4))
+    trace = RunTrace(recs, ((0.0, 0.1, 0.3), (0.0, 0.5)), steps, duration_s=2.0, gc_pauses=3,
+                     gc_s=0.012, gc_longest_s=0.01)
     row = OfflineRow.of("engine", "offline", trace, capture_s=1.0, graph_mem_mib=2.0,
                         warmup_s=3.0)
     assert (row.requests, row.finished, row.preemptions, row.output_tokens) == (2, 2, 1, 8)
@@ -234,6 +236,9 @@ def test_run_rows_from_a_trace():
     step = ServeStepRow.of("engine", "offline", 0, steps[0])
     assert (step.kind, step.decode_rows, step.context_tokens) == ("decode", 2, 32)
     assert step.wall_ms == pytest.approx(300.0) and step.floor_ms == pytest.approx(150.0)
+    assert (row.gc_pauses, row.gc_ms, row.gc_longest_ms) == (3, pytest.approx(12.0),
+                                                              pytest.approx(10.0))
+    assert step.gc_ms == 0.0 and ServeStepRow.of("engine", "offline", 2, steps[2]).gc_ms == 10.0
 
 
 # ------------------------------------------------------------------ the smoke bench

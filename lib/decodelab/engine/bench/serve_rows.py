@@ -31,6 +31,7 @@ class StepTrace:
     bucket: int  # decode rows after padding to the graph bucket (the engine's StepRecord)
     wall_s: float  # this step's start to the next one's (or to the loop going idle)
     floor: StepFloor
+    gc_s: float  # garbage collection that started within the step (core.gc_pauses)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,9 @@ class RunTrace:
     token_times: tuple[tuple[float, ...], ...]  # per request: perf_counter at each token
     steps: tuple[StepTrace, ...]
     duration_s: float
+    gc_pauses: int  # collections during the run, after its heap was frozen
+    gc_s: float
+    gc_longest_s: float
 
 
 def _ms(values) -> tuple[float, ...]:
@@ -75,6 +79,9 @@ class ServeRunRow:
     floor_s: float
     ratio_to_floor: float
     floor_output_tok_s: float  # output tokens / floor_s: the throughput at the floor
+    gc_pauses: int  # garbage collections during the run (its heap frozen before it)
+    gc_ms: float  # their total
+    gc_longest_ms: float
 
     @staticmethod
     def columns(variant: str, run: str, workload: str, trace: RunTrace) -> dict:
@@ -97,7 +104,9 @@ class ServeRunRow:
                        _ms(r.tpot_s for r in reqs), strict=True)),
             **dict(zip(("itl_p50_ms", "itl_p90_ms", "itl_p99_ms"), _ms(itl), strict=True)),
             floor_s=floor, ratio_to_floor=busy / floor if floor > 0 else NAN,
-            floor_output_tok_s=out / floor if floor > 0 else NAN)
+            floor_output_tok_s=out / floor if floor > 0 else NAN,
+            gc_pauses=trace.gc_pauses, gc_ms=trace.gc_s * 1e3,
+            gc_longest_ms=trace.gc_longest_s * 1e3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +188,7 @@ class ServeStepRow:
     wall_ms: float
     floor_ms: float
     bound: str
+    gc_ms: float  # garbage collection within the step's wall time
     model: str = ""
     dtype: str = ""
     block_size: int = 0
@@ -190,4 +200,4 @@ class ServeStepRow:
         # to 0.1 µs: tens of thousands of steps per GPU run, and no clock resolves finer
         return cls(variant, run, step, w.kind, w.decode_rows, s.bucket, w.prefill_rows,
                    w.prefill_tokens, w.decode_context, round(s.wall_s * 1e3, 4),
-                   round(s.floor.s * 1e3, 4), s.floor.bound)
+                   round(s.floor.s * 1e3, 4), s.floor.bound, round(s.gc_s * 1e3, 4))

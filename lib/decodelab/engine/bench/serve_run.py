@@ -7,6 +7,11 @@ decode rows (each row's context) are; both wrappers delegate everything else. Ea
 token callback stamps the host time of every token (the inter-token latencies). A step's wall
 time runs from its start to the next step's start, or to the loop going idle (nothing left to
 do until the next arrival).
+
+Before each run the heap is frozen (``core.gc_pauses.freeze_heap``: the earlier runs' records
+and the model's objects leave the collector's view, as a server freezes its heap after start-up)
+and every collection during the run is recorded, per step and in total: a step's wall time
+includes any collection that started in it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Callable
 import torch
 from tqdm import tqdm
 
+from decodelab.core.gc_pauses import GcPauses, freeze_heap
 from decodelab.core.timing import device_sync
 from decodelab.engine.bench.serve_floor import Ceilings, StepFloor, StepWork, step_floor
 from decodelab.engine.bench.serve_rows import RunTrace, StepTrace
@@ -90,49 +96,54 @@ class ServeEngine:
             temperature=temperature, ignore_eos=True, max_new_tokens=r.output_len, seed=i),
             on_token=_stamp(times[i])) for i, r in enumerate(reqs)]
         ended_before, tokens_before = len(eng.metrics.requests), eng.metrics.tokens_out
-        steps: list[tuple[StepWork, int, float]] = []  # (work, bucket, wall s); floors after
+        steps: list[tuple[StepWork, int, float, float]] = []  # (work, bucket, wall, gc s)
         bar = tqdm(total=sum(r.output_len for r in reqs), desc=f"serve {name}", unit="tok",
                    file=sys.stderr, mininterval=2.0, leave=False)
+        freeze_heap()
         device_sync(self.device)
-        t0 = time.perf_counter()
-        i, open_step = 0, None  # (start, work, record) of the last step, its wall not yet known
-        while i < len(reqs) or eng.has_work:
-            now = time.perf_counter()
-            while i < len(reqs) and t0 + reqs[i].arrival_s <= now:
-                eng.submit(todo[i], arrival_time=t0 + reqs[i].arrival_s)
-                i += 1
-            if eng.has_work:
-                t_step = time.perf_counter()
-                if open_step is not None:
-                    steps.append(self._close(open_step, t_step))
-                eng.step()
-                open_step = (t_step, self.tap.take(), eng.metrics.steps[-1])
-                bar.update(eng.metrics.tokens_out - tokens_before - bar.n)
-            elif i < len(reqs):
-                if open_step is not None:
-                    steps.append(self._close(open_step, time.perf_counter()))
-                    open_step = None
-                time.sleep(max(0.0, t0 + reqs[i].arrival_s - time.perf_counter()))
-        device_sync(self.device)
-        t_end = time.perf_counter()
+        with GcPauses() as pauses:
+            t0 = time.perf_counter()
+            # (start, work, record) of the last step, its wall not yet known
+            i, open_step = 0, None
+            while i < len(reqs) or eng.has_work:
+                now = time.perf_counter()
+                while i < len(reqs) and t0 + reqs[i].arrival_s <= now:
+                    eng.submit(todo[i], arrival_time=t0 + reqs[i].arrival_s)
+                    i += 1
+                if eng.has_work:
+                    t_step = time.perf_counter()
+                    if open_step is not None:
+                        steps.append(self._close(open_step, t_step, pauses))
+                    eng.step()
+                    open_step = (t_step, self.tap.take(), eng.metrics.steps[-1])
+                    bar.update(eng.metrics.tokens_out - tokens_before - bar.n)
+                elif i < len(reqs):
+                    if open_step is not None:
+                        steps.append(self._close(open_step, time.perf_counter(), pauses))
+                        open_step = None
+                    time.sleep(max(0.0, t0 + reqs[i].arrival_s - time.perf_counter()))
+            device_sync(self.device)
+            t_end = time.perf_counter()
         if open_step is not None:
-            steps.append(self._close(open_step, t_end))
+            steps.append(self._close(open_step, t_end, pauses))
         bar.close()
         ended = list(eng.metrics.requests)[ended_before:]
         if len(ended) != len(reqs) or eng.pool.num_free != eng.pool.num_total:
             raise RuntimeError(f"serve run {name}: {len(ended)} of {len(reqs)} requests ended, "
                                f"{eng.pool.num_total - eng.pool.num_free} cache blocks still held")
         return RunTrace(tuple(ended), tuple(tuple(t) for t in times),
-                        tuple(StepTrace(w, b, wall, self.floor(w)) for w, b, wall in steps),
-                        t_end - t0)
+                        tuple(StepTrace(w, b, wall, self.floor(w), gc_s)
+                              for w, b, wall, gc_s in steps),
+                        t_end - t0, pauses.count, pauses.total_s, pauses.longest_s)
 
     @staticmethod
-    def _close(open_step, t_next: float) -> tuple[StepWork, int, float]:
+    def _close(open_step, t_next: float, pauses: GcPauses
+               ) -> tuple[StepWork, int, float, float]:
         start, work, rec = open_step
         if rec.batch != work.decode_rows:
             raise RuntimeError(f"serve: step {rec.step} decoded {rec.batch} rows, the plan "
                                f"observed {work.decode_rows}")
-        return work, rec.bucket, t_next - start
+        return work, rec.bucket, t_next - start, pauses.within(start, t_next)
 
 
 def _stamp(times: list[float]):
