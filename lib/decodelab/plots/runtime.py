@@ -11,7 +11,8 @@ from decodelab.engine.metrics import PHASE_COLS
 from decodelab.plots import use_style
 from decodelab.plots.palette import origin_color, origin_label, quantity_color
 
-VARIANT_ORDER = ("bare_forward", "engine", "no_graphs", "no_async_output", "no_static_inputs")
+VARIANT_ORDER = ("bare_forward", "engine", "engine_plain", "no_graphs", "no_async_output",
+                 "no_static_inputs")
 
 
 def phase_colors() -> list[str]:

@@ -123,6 +123,14 @@ def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Pa
           f"(target <= {eng.target_ratio:.2f}x); sampler {eng.sampler_device_us:.0f} us = "
           f"{eng.sampler_share:.1%} of the step (target <= {eng.target_sampler_share:.0%})",
           flush=True)
+    # the serving workload's plain-temperature rows (sampler share not measured alone: NaN)
+    res = _optional("engine_plain", lambda: step_timing.time_engine(
+        model, graphs, base, cfg.batch, cfg, mix=step_timing.PLAIN))
+    if res is not None:
+        rows.append(RuntimeRow.of("engine_plain", cfg.batch, res, bare, float("nan")))
+        print(f"[bench] runtime: batch {cfg.batch}: engine on plain-temperature rows "
+              f"{rows[-1].wall_us:.0f} us/step = {rows[-1].ratio_to_bare:.3f}x the bare forward",
+              flush=True)
     res = _optional("sync_phases", lambda: step_timing.time_engine(
         model, graphs, replace(base, sync_phases=True), cfg.batch, cfg, ops=False))
     if res is not None:

@@ -28,6 +28,8 @@ TAIL_TOKENS = 16
 MIXED = (dict(temperature=0.8, top_k=50, top_p=0.9), dict(temperature=1.0, top_k=20),
          dict(temperature=0.7, top_k=100, top_p=0.95, min_p=0.05),
          dict(temperature=1.1, top_k=40, top_p=0.8))
+# Plain-temperature rows, the serving workload's (bench serve): no filter to find.
+PLAIN = (dict(temperature=0.6),)
 
 
 @dataclass(slots=True)
@@ -43,10 +45,11 @@ class RunResult:
         return statistics.median(self.walls)
 
 
-def steady_requests(vocab: int, batch: int, prompt_len: int, new_tokens: int) -> list[Request]:
+def steady_requests(vocab: int, batch: int, prompt_len: int, new_tokens: int,
+                    mix: tuple[dict, ...] = MIXED) -> list[Request]:
     rng = random.Random(0)
     return [Request(f"s{i}", tuple(rng.randrange(vocab) for _ in range(prompt_len)),
-                    SamplingParams(**MIXED[i % len(MIXED)], seed=i, ignore_eos=True,
+                    SamplingParams(**mix[i % len(mix)], seed=i, ignore_eos=True,
                                    max_new_tokens=new_tokens)) for i in range(batch)]
 
 
@@ -65,12 +68,14 @@ def count_ops(fn, steps: int, dev: torch.device) -> tuple[float, float]:
         return NAN, NAN
 
 
-def time_engine(model, graphs, ecfg: EngineConfig, batch: int, cfg, *, ops: bool = True
-                ) -> RunResult:
-    """Steady decode of ``batch`` rows: warm up (admission, prefill), then time chunks."""
+def time_engine(model, graphs, ecfg: EngineConfig, batch: int, cfg, *, ops: bool = True,
+                mix: tuple[dict, ...] = MIXED) -> RunResult:
+    """Steady decode of ``batch`` rows (sampling settings ``mix`` in turn): warm up
+    (admission, prefill), then time chunks."""
     dev = torch.device(model.device)
     eng = Engine(model, ecfg, graphs)
-    reqs = steady_requests(model.config.vocab_size, batch, cfg.prompt_len, cfg.steady_steps + TAIL_TOKENS)
+    reqs = steady_requests(model.config.vocab_size, batch, cfg.prompt_len,
+                           cfg.steady_steps + TAIL_TOKENS, mix)
     handles = [eng.submit(r) for r in reqs]
     for _ in range(cfg.warmup_steps):
         eng.step()
