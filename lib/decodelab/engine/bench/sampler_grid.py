@@ -247,6 +247,9 @@ def grid_rows(cfg: GridConfig, device: torch.device) -> list[SamplerGridRow]:
                                        device_s * 1e6, issued_s * 1e6, floor_s * 1e6,
                                        best / floor_s, copy_gb_s, in_kept, agree, passes,
                                        cfg.logits_scale))
+        case = rows[-len(samplers):]  # one line per case: a killed run still says where it was
+        print(f"[bench] sampler_grid: {kind} batch {batch} vocab {vocab}: " + ", ".join(
+            f"{r.sampler} {r.device_us:.0f} us" for r in case), flush=True)
     return rows
 
 
