@@ -13,7 +13,13 @@ import pandas as pd
 import pytest
 
 from decodelab.core import paths
-from decodelab.core.results import RENAMED_COLUMNS, load_table, stamped, write_table
+from decodelab.core.results import (
+    ADDED_COLUMNS,
+    RENAMED_COLUMNS,
+    load_table,
+    stamped,
+    write_table,
+)
 from decodelab.engine.bench.rows import (
     BatchRow,
     ErrorRow,
@@ -81,11 +87,34 @@ def test_row_fields_match_the_reference_header(folder, name, tmp_path):
         pytest.skip(f"{reference.name}: no reference measured yet")
     renamed = RENAMED_COLUMNS.get(name, {})
     want = [renamed.get(c, c) for c in _header(reference)]
+    added = [c for c in ADDED_COLUMNS.get(name, ()) if c not in want]  # after it was shipped
     row = CASES[folder][name]
     assert want[:2] == ["device", "torch_version"]
-    assert [f.name for f in fields(row)] == want[2:], f"{type(row).__name__} vs {reference}"
+    names = [f.name for f in fields(row)]
+    assert [c for c in names if c not in added] == want[2:], f"{type(row).__name__} vs {reference}"
+    assert set(added) <= set(names)
     written = write_table(name, [row], out_dir=tmp_path)
-    assert _header(written) == want
+    assert _header(written) == ["device", "torch_version", *names]
+    merged = load_table(name, reference=reference.parent.parent, local=tmp_path)  # old + new
+    assert set(added) <= set(merged.columns)
+
+
+def test_an_added_column_loads_from_the_sidecar_config_or_as_missing(tmp_path):
+    """A copy written before ``model``/``dtype`` (here ``paged_model_kernels``) or the serving
+    tables' garbage-collection columns merges with a new one: the run's values from its
+    sidecar's config, NaN where the config has none."""
+    old, new = tmp_path / "old" / "h200", tmp_path / "new"
+    cfg = {"model": "tiny", "dtype": "bfloat16"}
+    write_table("paged_model_kernels", pd.DataFrame({"kernel": ["gemv"]}), out_dir=old,
+                config=cfg)
+    write_table("paged_model_kernels", pd.DataFrame({"kernel": ["norm"], "model": ["tiny"],
+                                                     "dtype": ["float16"]}), out_dir=new)
+    merged = load_table("paged_model_kernels", reference=old.parent, local=new)
+    assert list(merged["dtype"]) == ["bfloat16", "float16"] and set(merged["model"]) == {"tiny"}
+    write_table("serve_steps", pd.DataFrame({"step": [0]}), out_dir=old, config=cfg)
+    write_table("serve_steps", pd.DataFrame({"step": [0], "gc_ms": [0.5]}), out_dir=new)
+    merged = load_table("serve_steps", reference=old.parent, local=new)
+    assert merged["gc_ms"].isna().tolist() == [True, False]
 
 
 def test_every_reference_table_of_these_phases_has_a_row_type():

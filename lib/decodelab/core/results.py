@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import io
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,16 @@ ORIGIN = "origin"
 RENAMED_COLUMNS: dict[str, dict[str, str]] = {
     "paged_model": {"ms_per_token": "ms_per_step"},  # it always held ms per step of B rows
     "tp": {"ms_per_token": "ms_per_step"},
+}
+_RUN = ("model", "dtype")  # each of these benches records both in its sidecar's config
+_GC = ("gc_pauses", "gc_ms", "gc_longest_ms")
+# Columns added since tables were shipped, per table. A copy written before a column existed
+# loads with it: the value its sidecar's config records under that name (the run's model and
+# dtype), else missing (NaN: not recorded then), so old and new copies merge.
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
+    **{t: _RUN for t in ("paged_model_kernels", "paged_model_linear", "paged_model_gemm",
+                         "paged_attention", "paged_prefill")},
+    "serve_offline": _GC, "serve_online": _GC, "serve_steps": ("gc_ms",),
 }
 
 
@@ -133,7 +144,8 @@ def _parse(path: Path, data: bytes, meta: dict[str, Any]) -> pd.DataFrame:
         raise DamagedResultError(f"{path}: cannot be parsed as CSV ({exc})") from None
 
 
-def _read_checked(path: Path) -> pd.DataFrame:
+def _read_checked(path: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The table and its sidecar, each column checked against the sidecar's list."""
     meta, data = table_io.read_pair(path)
     frame = _parse(path, data, meta)
     meta_cols = meta["columns"]
@@ -146,6 +158,17 @@ def _read_checked(path: Path) -> pd.DataFrame:
     rows = meta.get("rows")
     if rows is not None and rows != len(frame):
         raise DamagedResultError(f"{path}: {len(frame)} rows, its sidecar records {rows}")
+    return frame, meta
+
+
+def _today(name: str, frame: pd.DataFrame, meta: dict[str, Any]) -> pd.DataFrame:
+    """A copy under today's columns: renamed (``RENAMED_COLUMNS``), added ones filled from its
+    sidecar's config or missing (``ADDED_COLUMNS``)."""
+    frame = frame.rename(columns=RENAMED_COLUMNS.get(name, {}))
+    config = meta.get("config") or {}
+    for col in ADDED_COLUMNS.get(name, ()):
+        if col not in frame:
+            frame[col] = config.get(col, math.nan)
     return frame
 
 
@@ -165,7 +188,7 @@ def load_table(name: str, *, reference: Path | None = None, local: Path | None =
                                 f"(looked in data/reference/*/ and data/local/)")
     frames, first_cols, first_path = [], None, None
     for origin, path in files:
-        frame = _read_checked(path).rename(columns=RENAMED_COLUMNS.get(name, {}))
+        frame = _today(name, *_read_checked(path))
         if first_cols is None:
             first_cols, first_path = list(frame.columns), path
         else:

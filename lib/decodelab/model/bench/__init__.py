@@ -164,7 +164,8 @@ def _bench(cfg: PagedModelBenchConfig, dev: torch.device, out_dir: Path) -> list
                         ("paged_model_gemm", gemm), (ATTENTION_TABLE, attention),
                         (PREFILL_TABLE, prefill)):
         if extra:
-            paths.append(write_table(name, extra, out_dir=out_dir, config=cfg, profile=profile))
+            paths.append(write_table(name, stamped(extra, model=cfg.model, dtype=cfg.dtype),
+                                     out_dir=out_dir, config=cfg, profile=profile))
     return paths
 
 

@@ -48,6 +48,8 @@ class AttentionRow:
     kv_gb_s: float
     max_rel_err: float  # against the gather reference
     detail: str = ""
+    model: str = ""  # the run's (stamped when the bench ends)
+    dtype: str = ""
 
 
 @dataclass(frozen=True, slots=True)

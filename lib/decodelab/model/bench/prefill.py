@@ -51,6 +51,8 @@ class PrefillRow:
     tflop_s: float  # (matmul + attention) / warm time
     max_rel_err: float  # first-call logits vs the torch backend's
     backend: str
+    model: str = ""  # the run's (stamped when the bench ends)
+    dtype: str = ""
 
 
 def prefill_flops(cfg: ModelConfig, lens, starts) -> tuple[float, float]:

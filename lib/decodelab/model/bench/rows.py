@@ -61,6 +61,8 @@ class KernelRow:
     batch: int
     context: int
     share: float  # of the step's summed kernel time
+    model: str = ""  # the run's (stamped when the bench ends)
+    dtype: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,8 @@ class GemmRow:
     us: float
     weight_gb_s: float
     chosen: bool  # the candidate the model uses for this shape and row count
+    model: str = ""  # the run's (stamped when the bench ends)
+    dtype: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +92,8 @@ class LinearRow:
     us: float
     weight_gb_s: float
     chosen: bool  # the candidate the model uses for this shape
+    model: str = ""  # the run's (stamped when the bench ends)
+    dtype: str = ""
 
 
 # Each table's column units (core.units), the numeric columns of the rows above, which
