@@ -58,3 +58,20 @@ def test_fused_sampler_penalties_exact_passes_and_gpu_sizes():
     checks = ("penalties", "fallback", "full_size", "grid")
     out = _run(*checks, script="sampler_interp_checks.py", timeout=3000)
     assert out.splitlines() == [f"{c}: ok" for c in checks]
+
+
+def test_batch_invariant_kernels_give_a_row_the_same_bits_in_any_batch():
+    """The batch-invariant matmul (one and 70 rows, SwiGLU), decode attention (contexts over
+    up to three fixed splits, a wider block table) and prefill through the decode kernel: a
+    row alone = its row in a batch, bitwise; the references within fp32 rounding."""
+    checks = ("matmul", "attention", "prefill")
+    out = _run(*checks, script="invariant_interp_checks.py")
+    assert out.splitlines() == [f"{c}: ok" for c in checks]
+
+
+@pytest.mark.slow
+def test_batch_invariant_model_prefill_equals_decode_bitwise():
+    """The tiny model on the invariant ops: a prompt's last logits the same bits from one
+    prefill, from two chunks and from a decode step; a request's decode logits the same
+    alone and beside two others at other positions."""
+    assert _run("model", script="invariant_interp_checks.py").strip() == "model: ok"

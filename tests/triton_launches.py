@@ -5,7 +5,8 @@ Recording: ``JITFunction.run`` (what ``kernel[grid](...)`` calls) is replaced by
 the arguments with Triton's own binder, so each launch yields what a GPU launch would compile:
 the signature (argument types, pointer alignment and integer attributes), the constexprs and
 the options; nothing is compiled or launched. The launch sites run as the code runs them: the
-model's decode step at every graph bucket with every matmul tile candidate and cuBLAS (and at
+model's decode step (also with ``batch_invariant=True``, and its prefill) at every graph
+bucket with every matmul tile candidate and cuBLAS (and at
 one row more than each bucket, an eager step between buckets, whose row count Triton may
 specialise otherwise), its prefill, the tensor-parallel shards, and the sampler in every mode, on shape-only CPU tensors
 (``torch.empty``, never read as numbers) with ``F.linear`` (the cuBLAS path) returning an empty
@@ -189,11 +190,12 @@ def _model(name: str, tp: int, dtype: torch.dtype):
     return PagedLlama(config, weights, cache, backend="torch")
 
 
-def _decode(model, rows: int, choice: dict, pdl: bool | None, width: int = WIDTHS[0]) -> None:
+def _decode(model, rows: int, choice: dict, pdl: bool | None, width: int = WIDTHS[0], *,
+            invariant: bool = False) -> None:
     from decodelab.model.kv_cache import decode_inputs
     from decodelab.model.llama import _ops
 
-    model.ops = _ops("triton", torch.device("cuda"), pdl, choice)
+    model.ops = _ops("triton", torch.device("cuda"), pdl, choice, invariant)
     tables, inputs = decode_inputs(model.cache, rows, 16, width=width)
     try:
         model.decode(*inputs)
@@ -202,10 +204,10 @@ def _decode(model, rows: int, choice: dict, pdl: bool | None, width: int = WIDTH
             model.cache.pool.free(t)
 
 
-def _prefill(model, pdl: bool | None) -> None:
+def _prefill(model, pdl: bool | None, *, invariant: bool = False) -> None:
     from decodelab.model.llama import _ops
 
-    model.ops = _ops("triton", torch.device("cuda"), pdl, {})
+    model.ops = _ops("triton", torch.device("cuda"), pdl, {}, invariant)
     pool = model.cache.pool
     for lengths, starts in PREFILLS:
         ends = [n + (s if starts else 0) for n, s in zip(lengths, starts or lengths, strict=True)]
@@ -240,6 +242,9 @@ def model_launches(target: Target, dtype: str, models=MODELS) -> set[Launch]:
                     _decode(model, rows, _matmul_choices(model.weights, rows)[-1], pdl)
                 for rows in DEFAULT_BUCKETS:
                     _decode(model, rows, {}, pdl, WIDTHS[1])
+                _prefill(model, pdl, invariant=True)  # the batch-invariant switch
+                for rows in DEFAULT_BUCKETS:
+                    _decode(model, rows, {}, pdl, invariant=True)
     return launches
 
 

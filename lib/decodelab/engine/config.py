@@ -32,6 +32,9 @@ class EngineConfig:
       time (a diagnostic; it defeats the overlap).
     - ``sampler``: 'fused' (the Triton kernels, CUDA only), 'torch' (the plain-torch
       reference), 'auto' (fused where it can run).
+    - ``batch_invariant``: a request's tokens do not depend on what else is batched with it
+      (its seed and parameters decide them alone); the engine then refuses a model whose
+      logits depend on the batch (``PagedLlama(..., batch_invariant=True)`` serves it).
     """
 
     max_num_seqs: int = 32
@@ -47,6 +50,7 @@ class EngineConfig:
     sync_phases: bool = False
     keep_steps: int = 100_000
     sampler: str = "auto"
+    batch_invariant: bool = False
 
     def __post_init__(self) -> None:
         own = "EngineConfig"
@@ -61,7 +65,7 @@ class EngineConfig:
         check_int(own, "keep_steps", self.keep_steps, 1)
         check_choice(own, "sampler", self.sampler, SAMPLERS)
         for switch in ("chunked_prefill", "use_graphs", "async_output", "static_inputs",
-                       "sync_phases"):
+                       "sync_phases", "batch_invariant"):
             check_bool(own, switch, getattr(self, switch))
 
     def context_limit(self, vocab_size: int, pool_tokens: int, max_positions: int) -> int:

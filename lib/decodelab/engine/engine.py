@@ -32,6 +32,7 @@ import time
 
 import torch
 
+from decodelab.core.validate import ConfigError
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.metrics import Metrics, PhaseClock, RequestRecord, StepRecord
 from decodelab.engine.output import Pending, TokenOutput
@@ -71,6 +72,11 @@ class Engine:
     def __init__(self, model: RuntimeModel, config: EngineConfig | None = None,
                  graphs: ForwardGraphs | None = None) -> None:
         config = config if config is not None else EngineConfig()
+        # a model without the attribute (a test's stand-in) makes no such promise
+        if config.batch_invariant and not getattr(model, "batch_invariant", False):
+            raise ConfigError("EngineConfig.batch_invariant=True: the model's logits depend on "
+                              "the batch; build it with PagedLlama(..., batch_invariant=True) "
+                              "(Triton on CUDA)")
         self.model, self.cfg = model, config
         cache = model.cache
         self.pool = cache.pool

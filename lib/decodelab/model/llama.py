@@ -32,7 +32,11 @@ At batch 1 the residual add and RMSNorm before the q/k/v and gate/up projections
 their gemv (``ops.add_norm_linear``). On sm_90 and newer the kernels of a captured step use
 programmatic dependent launch (``pdl``; ``pdl=False`` turns it off, to measure what it
 removes; ``linear_choice=other.ops.matmul.choice`` then keeps the other model's matmul kernels,
-so only the launches differ). Constructing a "triton" model times each batch-1 matmul
+so only the launches differ). ``batch_invariant=True`` (Triton on CUDA) runs every reduction
+in one order whatever the batch (``model.triton.invariant``): a request's logits are the same
+bits alone or in any batch, in any graph bucket, and from prefill as from decode, at the cost
+of one matmul kernel for every row count instead of the fastest per shape. Constructing a
+"triton" model times each batch-1 matmul
 candidate on the device once (seconds, Triton compilation included); ``tune_rows(rows)``
 does the same for steps of more rows (``DecodeGraphs`` calls it with its buckets); every
 choice is fixed before any graph is captured.
@@ -45,7 +49,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from decodelab.core.validate import ConfigError, check_choice
+from decodelab.core.validate import ConfigError, check_bool, check_choice
 from decodelab.model.attention import paged_decode_attention_ref, paged_prefill_attention_ref
 from decodelab.model.config import ModelConfig, rope_inv_freq
 from decodelab.model.kv_cache import PagedKVCache, slots_at
@@ -55,6 +59,8 @@ from decodelab.model.weights import Weights
 
 class TorchOps:
     """Plain-torch layer pieces, written to round exactly as ``transformers`` does."""
+
+    batch_invariant = False  # the CPU's matmuls may block K by the row count
 
     @staticmethod
     def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -122,22 +128,32 @@ class TorchOps:
                                            starts, scale)
 
 
-def _ops(backend: str, device: torch.device, pdl: bool | None, linear_choice: dict | None):
+def _ops(backend: str, device: torch.device, pdl: bool | None, linear_choice: dict | None,
+         batch_invariant: bool = False):
     check_choice("PagedLlama", "backend", backend, ("auto", "torch", "triton"))
+    check_bool("PagedLlama", "batch_invariant", batch_invariant)
     if backend == "auto":
         backend = "triton" if device.type == "cuda" else "torch"
+    if batch_invariant and (backend != "triton" or device.type != "cuda"):
+        raise ConfigError(f"PagedLlama.batch_invariant=True: needs the Triton backend on a CUDA "
+                          f"device (backend {backend!r}, cache on {device}); the torch path is "
+                          "batch-invariant only from identical logits on (README: Determinism)")
+    if batch_invariant and linear_choice:
+        raise ConfigError("PagedLlama.batch_invariant=True: takes no linear_choice (one matmul "
+                          "kernel serves every row count)")
     if backend == "torch":
         return TorchOps
     if device.type != "cuda":
         raise ConfigError(f"PagedLlama.backend='triton': needs a CUDA device, cache is on {device}")
     from decodelab.model.triton import pdl as pdl_support
-    from decodelab.model.triton.ops import TritonOps
+    from decodelab.model.triton.ops import InvariantOps, TritonOps
 
     if pdl and not pdl_support.supported(device):
         major, minor = torch.cuda.get_device_capability(device)
         raise ConfigError(f"PagedLlama.pdl=True: programmatic dependent launch needs sm_90 or "
                           f"newer; {device} is sm_{major}{minor}")
-    return TritonOps(pdl_support.supported(device) if pdl is None else pdl, linear_choice)
+    pdl = pdl_support.supported(device) if pdl is None else pdl
+    return InvariantOps(pdl) if batch_invariant else TritonOps(pdl, linear_choice)
 
 
 class PagedLlama:
@@ -145,13 +161,13 @@ class PagedLlama:
 
     def __init__(self, config: ModelConfig, weights: Weights, cache: PagedKVCache, *,
                  backend: str = "auto", pdl: bool | None = None,
-                 linear_choice: dict | None = None) -> None:
+                 linear_choice: dict | None = None, batch_invariant: bool = False) -> None:
         if cache.config != config:
             raise ConfigError("PagedLlama: the cache was built for another model config")
         self.config, self.weights, self.cache = config, weights, cache
         self.device = cache.device
         self.dtype = weights.embed.dtype
-        self.ops = _ops(backend, self.device, pdl, linear_choice)
+        self.ops = _ops(backend, self.device, pdl, linear_choice, batch_invariant)
         self.backend = "torch" if self.ops is TorchOps else "triton"
         if self.backend == "triton":
             self.ops.tune(weights)  # per-shape matmul choice, fixed before any graph capture
@@ -169,6 +185,11 @@ class PagedLlama:
         before capturing; an untuned row count runs cuBLAS."""
         if self.backend == "triton":
             self.ops.tune(self.weights, rows)
+
+    @property
+    def batch_invariant(self) -> bool:
+        """True: a request's logits do not depend on the batch (``batch_invariant=True``)."""
+        return self.ops.batch_invariant
 
     # ------------------------------------------------------------------ shared layer stack
     def _forward(self, ids: torch.Tensor, attend: Callable) -> torch.Tensor:

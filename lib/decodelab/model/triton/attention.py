@@ -33,14 +33,18 @@ def _attn_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, m_ptr, l_
                        scale_log2, stride_qb, stride_qh, stride_kb, stride_kh, stride_kt,
                        stride_bt, stride_ob, stride_oh,
                        G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
-                       TILE: tl.constexpr, SPLITS: tl.constexpr,
+                       TILE: tl.constexpr, SPLITS: tl.constexpr, SPLIT_SIZE: tl.constexpr,
                        STAGES: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
     _pdl_enter(PDL)  # q and the newest K/V come from the kernel before
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
     ctx = tl.load(lens_ptr + b)
-    chunk = tl.cdiv(tl.cdiv(ctx, SPLITS), TILE) * TILE
+    # a compile-time branch (Triton takes no ternary of a constexpr and a tensor)
+    if SPLIT_SIZE > 0:  # noqa: SIM108 - fixed positions per split (invariant.decode_attention)
+        chunk = SPLIT_SIZE
+    else:  # the context shared among SPLITS splits
+        chunk = tl.cdiv(tl.cdiv(ctx, SPLITS), TILE) * TILE
     start = split * chunk
     end = tl.minimum(start + chunk, ctx)
     g = tl.arange(0, GP)
@@ -70,7 +74,7 @@ def _attn_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, m_ptr, l_
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
-    if SPLITS == 1:
+    if SPLITS == 1 and SPLIT_SIZE == 0:
         o = acc / l_i[:, None]
         tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
                  o.to(out_ptr.dtype.element_ty), mask=gmask[:, None])
@@ -128,7 +132,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         scale * 1.4426950408889634, q.stride(0), q.stride(1), k_cache.stride(0),
         k_cache.stride(1), k_cache.stride(2), block_tables.stride(0), out.stride(0),
         out.stride(1), G=group, GP=max(MIN_GROUP_ROWS, triton.next_power_of_2(group)), D=d,
-        BS=bs, TILE=launch.tile, SPLITS=splits, STAGES=launch.stages, num_warps=launch.warps,
+        BS=bs, TILE=launch.tile, SPLITS=splits, SPLIT_SIZE=0, STAGES=launch.stages,
+        num_warps=launch.warps,
         # fp32 caches get exact products (the reference's precision), not tf32
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PDL=pdl, **launch_kw(pdl))
     if splits > 1:

@@ -14,7 +14,7 @@ the estimate against the compiled kernels of sm_75, sm_80, sm_89 and sm_90.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -81,10 +81,16 @@ def launch_for(programs: int, sms: int, *, row_bytes: int = 0, shared: int | Non
         tile, warps = 64, 2
     else:
         tile, warps = 128, 4
-    fits = lambda t: shared is None or SHARED_PER_TILE_BYTE * t * row_bytes <= shared  # noqa: E731
-    while tile > MIN_TILE and not fits(tile):
+    return fitted(LaunchConfig(tile=tile, stages=3, warps=warps), row_bytes, shared)
+
+
+def fitted(launch: LaunchConfig, row_bytes: int, shared: int | None) -> LaunchConfig:
+    """``launch`` with its tile halved until its K and V tiles fit ``shared`` bytes."""
+    tile = launch.tile
+    while (tile > MIN_TILE and shared is not None
+           and SHARED_PER_TILE_BYTE * tile * row_bytes > shared):
         tile //= 2
-    return LaunchConfig(tile=tile, stages=3, warps=warps)
+    return replace(launch, tile=tile)
 
 
 def plan(batch: int, kv_heads: int, device: torch.device, row_bytes: int = 0

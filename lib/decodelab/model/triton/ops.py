@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import torch
 
 from decodelab.model.pdl_policy import for_rows
+from decodelab.model.triton import invariant
 from decodelab.model.triton.attention import paged_decode_attention
 from decodelab.model.triton.fused import rms_norm_rows, rope_write, silu_mul
 from decodelab.model.triton.linear import add_norm_gemv
@@ -20,6 +21,8 @@ from decodelab.model.triton.prefill_attention import paged_prefill_attention
 
 class TritonOps:
     """Fused kernels with the same methods and contracts as ``model.TorchOps``."""
+
+    batch_invariant = False
 
     def __init__(self, pdl: bool = False, linear_choice: dict | None = None) -> None:
         self.pdl = pdl
@@ -87,3 +90,44 @@ class TritonOps:
                           max_query_len: int) -> torch.Tensor:
         return paged_prefill_attention(q, k_cache, v_cache, block_tables, query_starts, starts,
                                        scale, max_query_len)
+
+
+class InvariantOps(TritonOps):
+    """``TritonOps`` whose reductions run in one order whatever the batch (:mod:`.invariant`):
+    one matmul kernel and tile for every row count (no cuBLAS, no gemv at one row, nothing to
+    time), decode attention in fixed splits, prefill attention through the decode kernel. The
+    norms, RoPE and the cache write are ``TritonOps``' per-row kernels."""
+
+    batch_invariant = True
+
+    def __init__(self, pdl: bool = False) -> None:
+        super().__init__(pdl)
+
+    def tune(self, weights, rows: Sequence[int] = (1,)) -> None:
+        """Nothing to choose: the kernel is the same for every row count."""
+
+    def linear(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
+               ) -> torch.Tensor:
+        y = invariant.matmul(x.contiguous(), w)
+        return y if bias is None else y + bias
+
+    def swiglu_linear(self, gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return invariant.matmul(gate_up.contiguous(), w, swiglu=True)
+
+    def add_norm_linear(self, h: torch.Tensor, x: torch.Tensor | None, norm_w: torch.Tensor,
+                        eps: float, w: torch.Tensor, bias: torch.Tensor | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The norm kernel, then the matmul, at every row count (no fused gemv at one row)."""
+        if x is None:
+            return h, self.linear(self.rms_norm(h, norm_w, eps), w, bias)
+        h, normed = self.add_rms_norm(h, x, norm_w, eps)
+        return h, self.linear(normed, w, bias)
+
+    def decode_attention(self, q, k_cache, v_cache, block_tables, context_lens, scale
+                         ) -> torch.Tensor:
+        return invariant.decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale)
+
+    def prefill_attention(self, q, k_cache, v_cache, block_tables, query_starts, starts, scale,
+                          max_query_len: int) -> torch.Tensor:
+        return invariant.prefill_attention(q, k_cache, v_cache, block_tables, query_starts,
+                                           starts, scale)

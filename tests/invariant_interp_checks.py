@@ -1,0 +1,165 @@
+"""The batch-invariant kernels (``model.triton.invariant``) in Triton's CPU interpreter (fp32),
+run by test_batch_invariant.py in a child process with TRITON_INTERPRET=1: each row's output
+is the same bits alone and in any batch, in any block-table width, from prefill as from
+decode, and close to the torch reference. These checks prove the kernels' order of work, not
+the tensor cores': the interpreter's dot is NumPy's matmul, whose BLAS gives a row other bits
+at another place in its tile, so ``_rowwise_dot`` computes each row of a dot on its own (the
+property a tensor-core tile is taken to have, which the GPU-marked tests check on the GPU).
+
+    python tests/invariant_interp_checks.py CHECK [CHECK ...]
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn.functional as F
+from triton_interp_checks import _bool_comparisons, _rel, _scalar_loop_bounds
+
+RTOL = 1e-5  # fp32 on both sides: summation order only
+
+
+def _rowwise_dot() -> None:
+    """The interpreter's tl.dot, one row at a time (each row's products alone, whatever its
+    place in the tile)."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    dot = interpreter.InterpreterBuilder.create_dot
+
+    def rowwise(self, a, b, d, input_precision, max_num_imprecise_acc):
+        rows = [dot(self, interpreter.TensorHandle(a.data[i:i + 1], a.dtype.scalar), b,
+                    interpreter.TensorHandle(d.data[i:i + 1], d.dtype.scalar), input_precision,
+                    max_num_imprecise_acc).data for i in range(a.data.shape[0])]
+        return interpreter.TensorHandle(np.concatenate(rows), d.dtype.scalar)
+
+    interpreter.InterpreterBuilder.create_dot = rowwise
+
+
+def matmul() -> None:
+    """Rows alone equal rows in batches of 3 and 70 (two M tiles), with and without SwiGLU."""
+    from decodelab.model.triton import invariant
+
+    gen = torch.Generator().manual_seed(0)
+    for n, k, swiglu in ((80, 96, False), (40, 130, True)):
+        w = torch.randn((n, k), generator=gen)
+        x = torch.randn((70, k * (2 if swiglu else 1)), generator=gen)
+        ref = F.linear(F.silu(x[:, :k]) * x[:, k:] if swiglu else x, w)
+        full = invariant.matmul(x, w, swiglu=swiglu)
+        assert _rel(full, ref) < RTOL, (n, k, swiglu)
+        for rows in (slice(0, 1), slice(5, 8), slice(60, 70)):
+            assert torch.equal(invariant.matmul(x[rows], w, swiglu=swiglu), full[rows]), rows
+
+
+def _cache(gen, blocks: int, hkv: int = 2, bs: int = 16, d: int = 16):
+    return (torch.randn((blocks, hkv, bs, d), generator=gen),
+            torch.randn((blocks, hkv, bs, d), generator=gen))
+
+
+def attention() -> None:
+    """Rows of contexts 1 to 700 (up to three splits): each alone equals its row in the batch,
+    in a wider block table, and the reference within fp32 rounding."""
+    from decodelab.model.attention import paged_decode_attention_ref
+    from decodelab.model.triton import invariant
+
+    gen = torch.Generator().manual_seed(1)
+    k, v = _cache(gen, 240)
+    lens = torch.tensor([1, 17, 256, 257, 700], dtype=torch.int32)
+    width = 44  # 704 positions of 16
+    tables = torch.randperm(240, generator=gen)[:5 * width].view(5, width).int()
+    q = torch.randn((5, 4, 16), generator=gen)
+    scale = 16 ** -0.5
+    full = invariant.decode_attention(q, k, v, tables, lens, scale)
+    ref = paged_decode_attention_ref(q, k, v, tables, lens, scale)
+    assert _rel(full, ref) < RTOL, _rel(full, ref)
+    wider = torch.cat([tables, tables[:, :20]], dim=1)  # 64 columns: more (empty) splits
+    assert torch.equal(invariant.decode_attention(q, k, v, wider, lens, scale), full)
+    for i in range(5):
+        alone = invariant.decode_attention(q[i:i + 1], k, v, tables[i:i + 1], lens[i:i + 1],
+                                           scale)
+        assert torch.equal(alone, full[i:i + 1]), i
+
+
+def prefill() -> None:
+    """Chunks after cached positions: each token's output equals the decode kernel's for its
+    position, bitwise, and the prefill reference within fp32 rounding."""
+    from decodelab.model.attention import paged_prefill_attention_ref
+    from decodelab.model.triton import invariant
+
+    gen = torch.Generator().manual_seed(2)
+    k, v = _cache(gen, 120)
+    lens, starts = [5, 1, 40], [0, 300, 17]
+    width = 24
+    tables = torch.randperm(120, generator=gen)[:3 * width].view(3, width).int()
+    qs = torch.tensor([0, 5, 6, 46], dtype=torch.int32)
+    st = torch.tensor(starts, dtype=torch.int32)
+    q = torch.randn((46, 4, 16), generator=gen)
+    scale = 16 ** -0.5
+    got = invariant.prefill_attention(q, k, v, tables, qs, st, scale)
+    ref = paged_prefill_attention_ref(q, k, v, tables, qs, st, scale)
+    assert _rel(got, ref) < RTOL, _rel(got, ref)
+    for c, (n, s) in enumerate(zip(lens, starts, strict=True)):
+        for j in (0, n - 1):
+            t = int(qs[c]) + j
+            row = invariant.decode_attention(q[t:t + 1], k, v, tables[c:c + 1],
+                                             torch.tensor([s + j + 1], dtype=torch.int32), scale)
+            assert torch.equal(row, got[t:t + 1]), (c, j)
+
+
+def model() -> None:
+    """The tiny model on the invariant ops: a prompt's last logits are the same bits from one
+    prefill, from chunks, and from a decode step after the prompt less its last token; a
+    request's decode logits the same alone and in a batch of three; close to the torch ops."""
+    from decodelab.model import compare
+    from decodelab.model.config import named_config
+    from decodelab.model.kv_cache import PagedKVCache, slots_at
+    from decodelab.model.llama import PagedLlama
+    from decodelab.model.triton.ops import InvariantOps
+    from decodelab.model.weights import from_state_dict, random_state_dict
+
+    config = named_config("tiny")
+    weights = from_state_dict(config, random_state_dict(config, seed=1))
+    cache = PagedKVCache(config, 96, 16)
+    ref = PagedLlama(config, weights, cache, backend="torch")
+    model = PagedLlama(config, weights, cache, backend="torch")
+    model.ops = InvariantOps(pdl=False)
+    pool = cache.pool
+    prompts = compare.prompts(config, 3)
+    tables = [pool.allocate(pool.blocks_needed(len(p) + 2)) for p in prompts]
+    try:
+        whole = model.prefill(prompts, tables)
+        assert _rel(whole, ref.prefill(prompts, tables)) < 1e-4
+        p, t = prompts[0], tables[:1]
+        cut = len(p) // 2
+        model.prefill([p[:cut]], t)
+        assert torch.equal(model.prefill([p[cut:]], t, [cut])[0], whole[0])  # chunked
+        model.prefill([p[:-1]], t)
+        bt = cache.block_table_tensor(t)
+        pos = torch.tensor([len(p) - 1])
+        step = model.decode(torch.tensor([p[-1]]), pos, slots_at(bt, pos, 16), bt,
+                            (pos + 1).int())
+        assert torch.equal(step[0], whole[0])  # decode of the last token = prefill's
+        # the next token, alone and beside two other requests at other positions
+        model.prefill(prompts, tables)
+        bt = cache.block_table_tensor(tables)
+        pos = torch.tensor([len(q) for q in prompts])
+        nxt = whole.argmax(-1)
+        batched = model.decode(nxt, pos, slots_at(bt, pos, 16), bt, (pos + 1).int())
+        alone = model.decode(nxt[:1], pos[:1], slots_at(bt[:1], pos[:1], 16), bt[:1],
+                             (pos[:1] + 1).int())
+        assert torch.equal(alone[0], batched[0])
+    finally:
+        for table in tables:
+            pool.free(table)
+
+
+CHECKS = {"matmul": matmul, "attention": attention, "prefill": prefill, "model": model}
+
+if __name__ == "__main__":
+    _scalar_loop_bounds()
+    _bool_comparisons()
+    _rowwise_dot()
+    for name in sys.argv[1:]:
+        CHECKS[name]()
+        print(f"{name}: ok")
