@@ -38,3 +38,39 @@ def test_the_engine_refuses_a_model_whose_logits_depend_on_the_batch():
     with pytest.raises(ConfigError, match="batch_invariant"):
         EngineConfig(batch_invariant=1)
     Engine(_tiny(), EngineConfig(max_num_seqs=4, max_model_len=64))  # off by default
+
+
+def test_the_invariance_bench_refuses_bad_sizes_by_name():
+    from decodelab.engine.bench.invariance import InvarianceConfig
+
+    with pytest.raises(ConfigError, match=r"InvarianceConfig.probe_context"):
+        InvarianceConfig(probe_context=5000)
+    with pytest.raises(ConfigError, match=r"InvarianceConfig.cost_contexts"):
+        InvarianceConfig(cost_contexts=(512, 8192))
+    with pytest.raises(ConfigError, match=r"InvarianceConfig.batches"):
+        InvarianceConfig(batches=())
+
+
+def test_the_invariance_checks_run_end_to_end_on_a_cpu_stand_in():
+    """The bench's own logic on the tiny model's torch ops (not invariant, so identity is not
+    asserted here; the GPU test asserts it): the rows of every check, every request served
+    alone and together with preemptions."""
+    from decodelab.engine.bench import invariance
+    from decodelab.model.llama import TorchOps
+
+    class ClaimsInvariance(TorchOps):  # lets the engine take the CPU model
+        batch_invariant = True
+
+    cfg = invariance.InvarianceConfig(model="tiny", dtype="float32", block_size=8,
+                                      batches=(1, 3), probe_context=40, max_context=96,
+                                      engine_requests=3, engine_tokens=4, cost_contexts=(32,))
+    model = invariance.build_model(cfg, None, False, 3 * 12 + 16, device="cpu")
+    rows = invariance.logit_checks(cfg, model)
+    assert [(r.check, r.batch) for r in rows] == [("prefill_vs_decode", 1)] * 2 + [
+        ("decode_alone_vs_batch", 1), ("decode_alone_vs_batch", 3)]
+    assert rows[2].identical == 1  # the probe alone, twice: the same bits even here
+    model = invariance.build_model(cfg, None, False, 20, device="cpu")
+    model.ops = ClaimsInvariance
+    rows = invariance.engine_checks(cfg, model)
+    assert [(r.check, r.batch, r.compared) for r in rows] == [("engine_tokens", 3, 3)] * 2
+    assert all("tokens" in r.detail and "preemptions" in r.detail for r in rows)

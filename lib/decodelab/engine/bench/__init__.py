@@ -27,6 +27,8 @@ Tables:
   are rejected at admission.
 - ``runtime_errors``: that workload's outcomes and errors by class (counts).
 - ``sampler_grid`` (GPU only): the samplers at every setting, batch and vocabulary.
+- ``batch_invariance``, ``batch_invariance_cost`` (profile gpu only): the batch-invariant
+  switch checked bit for bit and its step time against the default kernels (``invariance``).
 
 Validated before timing: the engine's greedy tokens with graphs equal those of the eager
 engine on a full bucket; on a GPU, the engine's captured sampler equals its eager body token
@@ -46,7 +48,14 @@ import torch
 from decodelab.core.device import sized
 from decodelab.core.profiles import on_bench_device
 from decodelab.core.results import stamped, write_table
-from decodelab.engine.bench import checks, sampler_grid, sampler_timing, step_timing, workload
+from decodelab.engine.bench import (
+    checks,
+    invariance,
+    sampler_grid,
+    sampler_timing,
+    step_timing,
+    workload,
+)
 from decodelab.engine.bench.config import RuntimeBenchConfig, graph_buckets
 from decodelab.engine.bench.rows import BatchRow, RuntimeRow, StepRow
 from decodelab.engine.config import EngineConfig
@@ -150,9 +159,16 @@ def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Pa
     tables = (("runtime", rows), ("runtime_steps", step_rows), ("runtime_sampler", sampler_rows),
               ("runtime_batch", batch_rows), ("runtime_requests", request_rows),
               ("runtime_errors", error_rows))
-    return [write_table(name, stamped(table, **run), out_dir=out_dir, config=cfg,
-                        profile=profile) for name, table in tables if table] + (
-        sampler_grid.write_grid(dev, out_dir, profile) if dev.type == "cuda" else [])
+    written = [write_table(name, stamped(table, **run), out_dir=out_dir, config=cfg,
+                           profile=profile) for name, table in tables if table]
+    if dev.type == "cuda":
+        written += sampler_grid.write_grid(dev, out_dir, profile)
+        if profile == "gpu":  # the switch at the H200's sizes: minutes, not for smoke runs
+            del model, graphs
+            torch.cuda.empty_cache()
+            written += _optional("batch_invariance",
+                                 lambda: invariance.write_invariance(out_dir, profile)) or []
+    return written
 
 
 def _optional(name: str, fn, *, required: bool = False):

@@ -1,0 +1,51 @@
+"""The batch-invariant switch on a GPU, bf16, Llama-3.2-1B shapes with 2 layers: a request's
+logits are the same bits alone, at a random row of batches of 1 to 256 beside rows at other
+contexts, in every graph bucket (padding rows included), and from prefill, chunked prefill or
+a decode step; the engine serves the same tokens to requests alone and all together (greedy
+and seeded sampling, chunked prefill, preemption with recompute). ``bench runtime --profile
+gpu`` writes the same checks at full size into table ``batch_invariance``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from decodelab.engine.bench import invariance
+
+pytestmark = pytest.mark.gpu
+SMALL = replace(invariance.InvarianceConfig(), engine_requests=16, engine_tokens=64,
+                batches=(1, 2, 7, 8, 31, 100, 256), max_context=2048, probe_context=700,
+                cost_contexts=(512,))
+
+
+def _failed(rows) -> list:
+    return [r for r in rows if r.identical != r.compared]
+
+
+def test_logits_are_the_same_bits_alone_in_any_batch_bucket_and_from_prefill():
+    width = -(-SMALL.max_context // SMALL.block_size)
+    model = invariance.build_model(SMALL, SMALL.check_layers, True, max(SMALL.batches) * width + 64)
+    rows = invariance.logit_checks(SMALL, model)
+    assert {r.check for r in rows} == {"prefill_vs_decode", "decode_alone_vs_batch",
+                                       "graph_bucket"}
+    assert not _failed(rows), _failed(rows)
+
+
+def test_the_engine_serves_the_same_tokens_alone_and_together():
+    model = invariance.build_model(SMALL, SMALL.check_layers, True, SMALL.engine_requests * 8)
+    rows = invariance.engine_checks(SMALL, model)
+    assert [r.check for r in rows] == ["engine_tokens"] * 2
+    assert not _failed(rows), _failed(rows)
+    assert all(" 0 preemptions" not in r.detail for r in rows), rows  # recompute was exercised
+
+
+def test_the_default_kernels_do_depend_on_the_batch():
+    """The check can fail: without the switch some probe row differs (cuBLAS and the matmul
+    choice tile other row counts otherwise, attention splits by the batch)."""
+    width = -(-SMALL.max_context // SMALL.block_size)
+    model = invariance.build_model(SMALL, SMALL.check_layers, False, max(SMALL.batches) * width + 64)
+    rows = invariance.logit_checks(SMALL, model)
+    assert _failed(rows), "the default kernels gave the same bits everywhere"
+    torch.cuda.empty_cache()
