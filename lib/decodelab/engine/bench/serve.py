@@ -84,13 +84,13 @@ def _kv_blocks(cfg: ServeBenchConfig, mcfg, dtype: torch.dtype, dev: torch.devic
                                           free - int(cfg.kv_margin_gib * 2**30))
 
 
-def _setup(cfg: ServeBenchConfig, dev: torch.device):
+def _setup(cfg: ServeBenchConfig, dev: torch.device, batch_invariant: bool = False):
     mcfg = named_config(cfg.model)
     dtype = getattr(torch, cfg.dtype)
     weights = random_weights(mcfg, 0, dtype=dtype, device=dev)
     cache = PagedKVCache(mcfg, _kv_blocks(cfg, mcfg, dtype, dev), cfg.block_size, dtype=dtype,
                          device=dev)
-    model = PagedLlama(mcfg, weights, cache)
+    model = PagedLlama(mcfg, weights, cache, batch_invariant=batch_invariant)
     graphs = None
     if dev.type == "cuda":
         graphs = DecodeGraphs(model, buckets=graph_buckets((*cfg.graph_batches, cfg.max_num_seqs)),
@@ -179,6 +179,9 @@ def _bench(cfg: ServeBenchConfig, dev: torch.device, out_dir: Path) -> list[Path
     for variant in cfg.variants:
         ecfg = engine_config(variant, cfg.token_budget, max_num_seqs=cfg.max_num_seqs,
                              max_model_len=cfg.max_model_len, use_graphs=graphs is not None)
+        if getattr(ecfg, "batch_invariant", False) and not model.batch_invariant:
+            del model, graphs  # its pool and graphs go before the invariant model's are sized
+            model, graphs = _setup(cfg, dev, batch_invariant=True)
         # every variant's sweep at the same offered rates: the first variant's offline rate's
         base_rate = tables["serve_offline"][0].request_rate if tables["serve_offline"] else None
         for name, rows in zip(tables, _serve_variant(variant, ecfg, cfg, model, graphs, floor,

@@ -20,7 +20,10 @@ from decodelab.model.config import named_config
 VARIANTS: dict[str, dict[str, Any]] = {
     "engine": {},  # whole prompts (plus output, on recompute) under the token budget
     "chunked": {"chunked_prefill": True},  # prompts split to fill the budget the decode leaves
+    # chunked, on a batch-invariant model (PagedLlama(..., batch_invariant=True)): its cost
+    "invariant": {"chunked_prefill": True, "batch_invariant": True},
 }
+GPU_ONLY_VARIANTS = ("invariant",)  # the switch needs Triton on CUDA
 DTYPES = ("float32", "bfloat16", "float16")
 CONTEXT_SPARE = 8  # positions beyond the longest prompt + output of any workload
 
@@ -35,6 +38,11 @@ def available_variants() -> tuple[str, ...]:
     """The variants whose fields ``EngineConfig`` has, in :data:`VARIANTS`' order."""
     have = _engine_fields()
     return tuple(name for name, sets in VARIANTS.items() if set(sets) <= have)
+
+
+def cpu_variants() -> tuple[str, ...]:
+    """The variants a CPU profile serves (the CPU profiles run on a CPU, even on a GPU machine)."""
+    return tuple(v for v in available_variants() if v not in GPU_ONLY_VARIANTS)
 
 
 def engine_config(variant: str, token_budget: int, **sizes: Any):
@@ -113,7 +121,7 @@ class ServeBenchConfig:
                        online=OnlineSweep(rate_fractions=(0.5, 1.5), max_requests=6,
                                           max_arrival_s=1.0),
                        warmup_prompt=4, token_budget=32, block_size=8,
-                       variants=available_variants())
+                       variants=cpu_variants())
         return cls(profile=profile, model="tiny", dtype="float32", max_num_seqs=16,
                    offline=OfflineWorkload("offline", num_requests=32, prompt_len=(16, 128),
                                            output_len=(16, 128)),
@@ -123,7 +131,7 @@ class ServeBenchConfig:
                    online=OnlineSweep(rate_fractions=(0.5, 1.0, 1.5, 2.0, 3.0),
                                       max_requests=32, max_arrival_s=3.0),
                    warmup_prompt=8, token_budget=256, block_size=8,
-                   variants=available_variants())
+                   variants=cpu_variants())
 
     @property
     def max_model_len(self) -> int:
