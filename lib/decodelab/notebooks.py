@@ -169,12 +169,3 @@ def run(name: str, overrides: dict[str, Any], out_dir: Path, *, progress: bool =
         final = out_dir / f"{name}.ipynb"
         shutil.move(str(result), final)
     return final
-
-
-def sync_ipynb(name: str) -> Path:
-    """Write the paired ``.ipynb`` (no outputs) from the ``.py`` source."""
-    import jupytext
-
-    target = paths.notebooks_dir() / f"{name}.ipynb"
-    jupytext.write(read_notebook(name), target)
-    return target

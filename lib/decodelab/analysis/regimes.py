@@ -33,7 +33,7 @@ terms measured directly, so the terms always sum to the measured step.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import pandas as pd
 
@@ -50,14 +50,6 @@ def _num(row: pd.Series, col: str) -> float:
         return float(value)
     except (TypeError, ValueError):
         return NAN
-
-
-def _first_column(frame: pd.DataFrame, table: str, candidates: Sequence[str]) -> str:
-    """The first of ``candidates`` that ``frame`` has (phases name the same quantity in µs or ms)."""
-    for col in candidates:
-        if col in frame.columns:
-            return col
-    raise MissingData(f"table `{table}` has none of the columns {', '.join(candidates)}")
 
 
 def _us(row: pd.Series, col: str) -> float:
