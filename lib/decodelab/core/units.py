@@ -9,7 +9,6 @@ that contains "share" or "ratio" is a share or a ratio only if it says so.
 
 from __future__ import annotations
 
-TIMES = ("ns", "us", "ms", "s")
 # unit -> what it is (the label a reader sees, where the column's own label has none)
 UNITS: dict[str, str] = {
     "ns": "ns", "us": "µs", "ms": "ms", "s": "s",
