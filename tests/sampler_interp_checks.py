@@ -10,6 +10,7 @@ and ``TILE`` are read at each launch): a row still spans several programs.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -268,6 +269,25 @@ def fallback() -> None:
     _check_rows(logits, rows, p, mode_of(rows, logits.shape[1]), row_passes=passes)
 
 
+def unneeded() -> None:
+    """Batches of plain, greedy and min-p-alone rows (and without the min-p rows) give the same
+    tokens and thresholds whether the threshold kernels they do not need run or not."""
+    from decodelab.engine import fused_sampler
+
+    _small_programs()
+    plain = [(1.0, 0, 1.0, 0.0), (0.6, 0, 1.0, 0.0), (0.0, 0, 1.0, 0.0)] * 2
+    for rows in (plain + [(0.9, 0, 1.0, 0.1)] * 2, plain):
+        logits = _families(4096, 3)[:len(rows)]
+        p = params(rows, np.arange(len(rows)) * 3 + 2)
+        told = choose_mode([r[0] < 1e-5 for r in rows], [r[1] for r in rows],
+                           [False] * len(rows), 4096, top_p=[r[2] for r in rows],
+                           min_p=[r[3] for r in rows])
+        assert not told.filters and told.min_p == (len(rows) > len(plain))
+        got = fused_sampler.sample(logits, p, fused(told))
+        want = fused_sampler.sample(logits, p, fused(replace(told, filters=True, min_p=True)))
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), told
+
+
 # The serving mix of issue 24 and more, on rows of the GPU's size and type
 MIX = [(0.0, 0, 1.0, 0.0), (0.8, 50, 0.9, 0.0), (1.0, 20, 1.0, 0.0), (0.7, 100, 0.95, 0.05),
        (1.1, 40, 0.8, 0.0), (1.0, 0, 0.9, 0.0), (0.9, 0, 1.0, 0.1), (1.0, 0, 1.0, 0.0),
@@ -303,7 +323,7 @@ def grid() -> None:
 
 CHECKS = {"kinds": kinds, "ties": ties, "invariance": invariance, "penalties": penalties,
           "edges": edges, "step": step, "fallback": fallback, "full_size": full_size,
-          "grid": grid}
+          "grid": grid, "unneeded": unneeded}
 
 SIZES = ("TOKENS_PER_PROGRAM", "TILE", "BUF", "SMALL_BUF")
 

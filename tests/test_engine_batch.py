@@ -82,18 +82,27 @@ def test_mode_counts_a_tiny_temperature_as_greedy_like_the_rows_and_the_device()
     the step's mode from the slot tables agrees with choose_mode of the rows."""
     from decodelab.engine.sampler import choose_mode
 
-    batch = StaticBatch(4, 2, 4, 4, 9, torch.device("cpu"))
-    rows = [Sequence(Request(f"q{i}", (1, 2), SamplingParams(temperature=t, top_k=k)),
-                     arrival=i, seed=i, slot=i)
-            for i, (t, k) in enumerate([(5e-6, 0), (0.8, 16), (0.0, 0), (1e-5, 4)])]
+    batch = StaticBatch(6, 2, 6, 4, 9, torch.device("cpu"))
+    settings = [(5e-6, 0, 0.5, 0.0), (0.8, 16, 1.0, 0.0), (0.0, 0, 1.0, 0.0), (1e-5, 4, 1.0, 0.0),
+                (0.7, 0, 1.0, 0.1), (1.0, 0, 0.9, 0.0)]  # greedy with a top-p; min-p; top-p
+    rows = [Sequence(Request(f"q{i}", (1, 2), SamplingParams(temperature=t, top_k=k, top_p=p,
+                                                             min_p=m)),
+                     arrival=i, seed=i, slot=i) for i, (t, k, p, m) in enumerate(settings)]
     for s in rows:
         batch.assign(s)
-    assert [s.params.greedy for s in rows] == [True, False, True, False]
-    for subset in (rows, rows[:1], rows[::2], rows[1:2], rows[1:]):
+    assert [s.params.greedy for s in rows] == [True, False, True, False, False, False]
+    for subset in (rows, rows[:1], rows[::2], rows[1:2], rows[1:], rows[4:5], rows[5:],
+                   [rows[0], rows[4]]):
         slots = np.array([s.slot for s in subset])
-        want = choose_mode([s.params.greedy for s in subset], [s.params.top_k for s in subset],
-                           [s.params.uses_penalties for s in subset], 512)
-        assert batch.mode(slots, 512, 1024) == want
+        ps = [s.params for s in subset]
+        want = choose_mode([p.greedy for p in ps], [p.top_k for p in ps],
+                           [p.uses_penalties for p in ps], 512, top_p=[p.top_p for p in ps],
+                           min_p=[p.min_p for p in ps])
+        assert batch.mode(slots, 512, 1024) == want, [s.request_id for s in subset]
+    # a greedy row's top-p needs no threshold; a min-p row alone no top-k/top-p kernels
+    assert not batch.mode(np.array([0, 2]), 512, 1024).filters
+    assert batch.mode(np.array([4]), 512, 1024).min_p
+    assert not batch.mode(np.array([4]), 512, 1024).filters
 
 
 def test_padding_rows_hold_the_padding_row():

@@ -308,6 +308,14 @@ def test_no_greedy_rows_skips_the_max_pass_with_the_same_result():
 
 
 def test_choose_mode_flags():
+    plain = dict(top_p=[1.0, 1.0], min_p=[0.0, 0.0])
+    assert not choose_mode([False, True], [0, 50], [False] * 2, 1000, **plain).filters
+    assert choose_mode([False, True], [0, 50], [False] * 2, 1000).filters  # not told: all run
+    assert choose_mode([False, False], [0, 1000], [False] * 2, 1000, **plain).filters is False
+    assert choose_mode([False, False], [0, 999], [False] * 2, 1000, **plain).filters
+    assert choose_mode([False], [0], [False], 1000, top_p=[0.9], min_p=[0.0]).filters
+    minp = choose_mode([False], [0], [False], 1000, top_p=[1.0], min_p=[0.05])
+    assert minp.min_p and not minp.filters
     assert choose_mode([False, True], [20, 0], [False, False], 1000).any_greedy
     assert not choose_mode([False, False], [20, 3], [False, False], 1000).any_greedy
     assert choose_mode([False], [20], [False], 1000).chunk == 0  # small vocabulary: direct

@@ -163,3 +163,23 @@ def test_the_other_dtypes_compile(target, triton_cache):
     ``auto``'s pick: float16 from sm_80, float32 everywhere."""
     jobs = [(launch, target) for dtype in target.dtypes[1:] for launch in launches(target, dtype)]
     check(compile_all(jobs), target)
+
+
+def test_the_fused_sampler_launches_only_the_kernels_its_rows_need():
+    """Plain-temperature rows: the max/mass pass and the draw (two kernels); min-p alone adds
+    its kept-mass pass; a top-k or a top-p the threshold search (seven in all)."""
+    from decodelab.engine.row_sampling import ROW_WORDS
+    from decodelab.engine.sampler import RowParams, SamplerMode, fused, sample
+
+    logits = torch.empty(8, 128256)
+    params = RowParams(torch.empty(8, ROW_WORDS, dtype=torch.int32))
+    kernels = {}
+    for name, flags in (("plain", dict(filters=False, min_p=False)),
+                        ("min_p", dict(filters=False, min_p=True)), ("filtered", {})):
+        with tl.recording() as found:
+            sample(logits, params, fused(SamplerMode(False, False, 0, **flags)))
+        kernels[name] = {launch.kernel for launch in found}
+    assert kernels["plain"] == {"stats_kernel", "pick_kernel"}
+    assert kernels["min_p"] == kernels["plain"] | {"histogram_kernel"}
+    assert kernels["filtered"] == kernels["min_p"] | {"refine_kernel", "gather_kernel",
+                                                      "solve_kernel", "kept_kernel"}

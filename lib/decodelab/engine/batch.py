@@ -155,10 +155,12 @@ class StaticBatch:
         rows = self.slot_rows[slots]
         sampling = rows["greedy"] == 0  # SamplingParams.greedy, recorded at admission
         ks = rows["top_k"][sampling]
+        filters = bool(((ks < vocab) | (rows["top_p"][sampling] < 1.0)).any())
         ks = np.where(ks == NO_TOP_K, 0, ks)  # 0 = off, as choose_mode has it
         return mode_of(ks.size == 0, bool(self.slot_pen[slots].any()),
                        int(ks.min()) if ks.size else 0, int(ks.max()) if ks.size else 0,
-                       vocab, max_partial, any_greedy=not sampling.all())
+                       vocab, max_partial, any_greedy=not sampling.all(), filters=filters,
+                       min_p=bool((rows["min_p"][sampling] > 0.0).any()))
 
     def prepare(self, rows: list[Sequence], bucket: int, *, static: bool = True
                 ) -> tuple[StepInputs, np.ndarray]:

@@ -46,7 +46,9 @@ program per row. Every row kind reads its logits a few times, in parallel over i
    penalty count of the sampled token.
 
 Plain temperature is then two passes over the logits (steps 1 and 7), min-p alone three,
-a row with a top-k or a top-p five, six where it refines a window. The kernels read a row's
+a row with a top-k or a top-p five, six where it refines a window. The batch's mode says
+whether any row has a top-k or top-p (``SamplerMode.filters``) or a min-p (``min_p``); the
+kernels no row needs are not launched, so a batch of plain rows is two launches. The kernels read a row's
 sampling inputs from its packed ``RowSampling`` words (``RowParams.block``, one pointer) at
 offsets the schema gives. The sizes (TOKENS_PER_PROGRAM, TILE, BUF, SMALL_BUF) are read at
 each launch, so tests scale them to small vocabularies.
@@ -744,15 +746,18 @@ def _launch(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
         chist, hist = torch.empty(2, b, c, BINS, dtype=torch.int16, device=dev)  # coarse, window
         plan = torch.zeros(b, int(PLAN_WORDS), dtype=torch.int32, device=dev)
         bufz = torch.empty(b, BUF, dtype=torch.float32, device=dev)
-        histogram_kernel[grid](*row, cmax, cbad, chist, ckept, v, c, CP2=cp2, **kw)
-        refine_kernel[grid](*row, cmax, cbad, cnorm, chist, plan, hist, cbefore, v, c, CP2=cp2,
-                            SMALL_BUF=SMALL_BUF, **kw)
-        gather_kernel[grid](*row, cmax, cbad, cnorm, chist, hist, cbefore, plan, bufz, cabove,
-                            cmid, v, c, CP2=cp2, BUF=BUF, **kw)
-        solve_kernel[(b,)](*row, cmax, cbad, cnorm, plan, bufz, cabove, cmid, tau, v, c,
-                           PENALTIES=pen, TILE=TILE, CP2=cp2, BUF=BUF, SMALL_BUF=SMALL_BUF,
-                           num_warps=8, enable_fp_fusion=False)
-        kept_kernel[grid](*row, cmax, cbad, tau, ckept, v, c, CP2=cp2, **kw)
+        # kernels no row of this batch needs are not launched (the mode says which)
+        if mode.filters or mode.min_p:
+            histogram_kernel[grid](*row, cmax, cbad, chist, ckept, v, c, CP2=cp2, **kw)
+        if mode.filters:
+            refine_kernel[grid](*row, cmax, cbad, cnorm, chist, plan, hist, cbefore, v, c,
+                                CP2=cp2, SMALL_BUF=SMALL_BUF, **kw)
+            gather_kernel[grid](*row, cmax, cbad, cnorm, chist, hist, cbefore, plan, bufz,
+                                cabove, cmid, v, c, CP2=cp2, BUF=BUF, **kw)
+            solve_kernel[(b,)](*row, cmax, cbad, cnorm, plan, bufz, cabove, cmid, tau, v, c,
+                               PENALTIES=pen, TILE=TILE, CP2=cp2, BUF=BUF,
+                               SMALL_BUF=SMALL_BUF, num_warps=8, enable_fp_fusion=False)
+            kept_kernel[grid](*row, cmax, cbad, tau, ckept, v, c, CP2=cp2, **kw)
         if paths is not None:
             paths.copy_(plan[:, 10])
     step = last_token is not None

@@ -95,9 +95,11 @@ class ModelRunner:
         if rows:
             if len(rows) < len(chunks):  # the other chunks end mid-prompt: discarded
                 logits = logits[torch.tensor(final, device=dev)]
-            mode = choose_mode([s.params.greedy for s in rows], [s.params.top_k for s in rows],
-                               [s.params.uses_penalties for s in rows], self.vocab,
-                               self.cfg.max_partial_k)
+            ps = [s.params for s in rows]
+            mode = choose_mode([p.greedy for p in ps], [p.top_k for p in ps],
+                               [p.uses_penalties for p in ps], self.vocab,
+                               self.cfg.max_partial_k, top_p=[p.top_p for p in ps],
+                               min_p=[p.min_p for p in ps])
             self._sample_into(rows, logits, params, fused(mode) if self.fused else mode, buf)
         clock.mark("sample")
         return rows

@@ -61,18 +61,34 @@ class SamplerMode:
     # > 0: partial selection two-stage over chunks of this many tokens (large vocabularies)
     chunk: int = 0
     fused: bool = False  # the Triton kernels of ``fused_sampler`` (CUDA only)
+    # some sampling row has a top-k or a top-p / a min-p: the fused sampler launches the
+    # kernels that find their thresholds only where one has (True where unknown: all run)
+    filters: bool = True
+    min_p: bool = True
 
 
 def choose_mode(greedy: list[bool], top_k: list[int], penalties: list[bool], vocab: int,
-                max_partial: int = 1024) -> SamplerMode:
+                max_partial: int = 1024, *, top_p: list[float] | None = None,
+                min_p: list[float] | None = None) -> SamplerMode:
+    """``top_p``, ``min_p`` (per row, None: not known) tell which threshold kernels of the fused
+    sampler the batch needs."""
     sampling_k = [k for g, k in zip(greedy, top_k, strict=True) if not g]
+    filters = min_ps = True
+    if top_p is not None and min_p is not None:
+        rows = [(k, p, m) for g, k, p, m in zip(greedy, top_k, top_p, min_p, strict=True)
+                if not g]
+        filters = any(0 < k < vocab or p < 1.0 for k, p, _ in rows)
+        min_ps = any(m > 0.0 for _, _, m in rows)
     return mode_of(not sampling_k, any(penalties), min(sampling_k, default=0),
-                   max(sampling_k, default=0), vocab, max_partial, any_greedy=any(greedy))
+                   max(sampling_k, default=0), vocab, max_partial, any_greedy=any(greedy),
+                   filters=filters, min_p=min_ps)
 
 
 def mode_of(all_greedy: bool, penalties: bool, min_k: int, max_k: int, vocab: int,
-            max_partial: int = 1024, *, any_greedy: bool = True) -> SamplerMode:
-    """The mode from the sampling rows' smallest and largest top-k (0 = a row without one)."""
+            max_partial: int = 1024, *, any_greedy: bool = True, filters: bool = True,
+            min_p: bool = True) -> SamplerMode:
+    """The mode from the sampling rows' smallest and largest top-k (0 = a row without one)
+    and whether any has a top-k or a top-p (``filters``) or a min-p."""
     k_cand = 0
     if not all_greedy and min_k > 0:
         # a few shapes, not one per top-k value; more values than any row's top-k, so a
@@ -80,7 +96,8 @@ def mode_of(all_greedy: bool, penalties: bool, min_k: int, max_k: int, vocab: in
         k = 1 << max_k.bit_length()
         k_cand = min(k, vocab) if k <= max_partial else 0
     return SamplerMode(all_greedy, penalties, k_cand, any_greedy or all_greedy,
-                       chunk_for(vocab, k_cand))
+                       chunk_for(vocab, k_cand), filters=filters and not all_greedy,
+                       min_p=min_p and not all_greedy)
 
 
 @functools.lru_cache(maxsize=256)

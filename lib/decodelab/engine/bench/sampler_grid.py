@@ -202,7 +202,8 @@ def _samplers(cfg: GridConfig, settings, logits: torch.Tensor, p: RowParams):
     """name -> (call, matches, tokens() -> (B,) tensor) of the configured samplers."""
     b, v = logits.shape
     mode = choose_mode([t == 0 for t, *_ in settings], [k for _, k, _, _ in settings],
-                       [False] * b, v)
+                       [False] * b, v, top_p=[p_ for *_, p_, _ in settings],
+                       min_p=[m for *_, m in settings])
     last, out = (torch.zeros(n, dtype=torch.int64, device=logits.device) for n in (b, b))
 
     def step(m):

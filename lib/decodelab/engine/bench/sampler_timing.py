@@ -50,7 +50,8 @@ def sampler_rows(logits: torch.Tensor, dev: torch.device) -> list[SamplerRow]:
     pen = PenaltyState.empty(b + 1, vocab, dev)
     last = torch.zeros(b + 1, dtype=torch.int64, device=dev)
     out = torch.zeros(b, dtype=torch.int64, device=dev)
-    mode = choose_mode([False] * b, [r.params.top_k for r in reqs], [False] * b, vocab)
+    mode = choose_mode([False] * b, [r.params.top_k for r in reqs], [False] * b, vocab,
+                       top_p=[r.params.top_p for r in reqs], min_p=[r.params.min_p for r in reqs])
     modes = {"partial_topk": mode, "partial_topk_direct": replace(mode, chunk=0),
              "full_sort": replace(mode, k_cand=0, chunk=0),
              "greedy": SamplerMode(True, False, 0), "partial_topk_penalties": replace(
