@@ -23,8 +23,8 @@ def _tiny(**kw) -> PagedLlama:
 
 def test_the_torch_path_is_refused_by_name():
     for kw in ({}, {"backend": "torch"}):
-        with pytest.raises(ConfigError, match=r"batch_invariant=True: needs the Triton backend "
-                                              r"on a CUDA device \(backend 'torch', cache on cpu\)"):
+        with pytest.raises(ConfigError, match=r"batch_invariant=True: needs the Triton "
+                           r"backend on a CUDA device \(backend 'torch', cache on cpu\)"):
             _tiny(batch_invariant=True, **kw)
     with pytest.raises(ConfigError, match="batch_invariant"):
         _tiny(batch_invariant="yes")

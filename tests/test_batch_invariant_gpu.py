@@ -26,7 +26,8 @@ def _failed(rows) -> list:
 
 def test_logits_are_the_same_bits_alone_in_any_batch_bucket_and_from_prefill():
     width = -(-SMALL.max_context // SMALL.block_size)
-    model = invariance.build_model(SMALL, SMALL.check_layers, True, max(SMALL.batches) * width + 64)
+    blocks = max(SMALL.batches) * width + 64
+    model = invariance.build_model(SMALL, SMALL.check_layers, True, blocks)
     rows = invariance.logit_checks(SMALL, model)
     assert {r.check for r in rows} == {"prefill_vs_decode", "decode_alone_vs_batch",
                                        "graph_bucket"}
@@ -45,7 +46,8 @@ def test_the_default_kernels_do_depend_on_the_batch():
     """The check can fail: without the switch some probe row differs (cuBLAS and the matmul
     choice tile other row counts otherwise, attention splits by the batch)."""
     width = -(-SMALL.max_context // SMALL.block_size)
-    model = invariance.build_model(SMALL, SMALL.check_layers, False, max(SMALL.batches) * width + 64)
+    blocks = max(SMALL.batches) * width + 64
+    model = invariance.build_model(SMALL, SMALL.check_layers, False, blocks)
     rows = invariance.logit_checks(SMALL, model)
     assert _failed(rows), "the default kernels gave the same bits everywhere"
     torch.cuda.empty_cache()

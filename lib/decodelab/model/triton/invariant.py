@@ -13,9 +13,9 @@ the context in a number of parts chosen from the batch. Here:
   the other rows; a row's place in its tile does not change its products.
 - **decode attention** (:func:`decode_attention`): the context is cut in splits of a fixed
   SPLIT positions (not a fixed number of splits), each walked in fixed tiles, and the splits
-  a row uses are merged one after another in order (``_merge_splits_in_order_kernel``), so the result
-  depends on the row's context length and K/V alone, not on the batch nor the block table's
-  width. Prefill attends through the same kernel, one row per chunk token
+  a row uses are merged one after another in order (``_merge_splits_in_order_kernel``), so
+  the result depends on the row's context length and K/V alone, not on the batch nor the
+  block table's width. Prefill attends through the same kernel, one row per chunk token
   (:func:`prefill_attention`), so prefill and decode give a position the same bits.
 
 Norms, RoPE, the cache write and the SwiGLU product are per-row kernels already
@@ -56,8 +56,9 @@ def stages_for(block_n: int, elem_bytes: int, shared: int | None) -> int:
 
 @triton.jit
 def _invariant_matmul_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_x, stride_w, stride_y,
-                   SWIGLU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+                             SWIGLU: tl.constexpr, BLOCK_M: tl.constexpr,
+                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                             PRECISION: tl.constexpr):
     dt: tl.constexpr = y_ptr.dtype.element_ty
     m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -95,13 +96,15 @@ def matmul(x: torch.Tensor, w: torch.Tensor, *, swiglu: bool = False) -> torch.T
         BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=BLOCK_K,
         # fp32 weights get exact products (the reference's precision), not tf32
         PRECISION="ieee" if w.dtype == torch.float32 else "tf32", num_warps=WARPS,
-        num_stages=stages_for(block_n, w.element_size(), attention_plan.shared_per_block(w.device)))
+        num_stages=stages_for(block_n, w.element_size(),
+                              attention_plan.shared_per_block(w.device)))
     return y
 
 
 @triton.jit
-def _merge_splits_in_order_kernel(m_ptr, l_ptr, acc_ptr, lens_ptr, out_ptr, stride_ob, stride_oh,
-                           D: tl.constexpr, SPLITS: tl.constexpr, SPLIT: tl.constexpr):
+def _merge_splits_in_order_kernel(m_ptr, l_ptr, acc_ptr, lens_ptr, out_ptr, stride_ob,
+                                  stride_oh, D: tl.constexpr, SPLITS: tl.constexpr,
+                                  SPLIT: tl.constexpr):
     """One program per (row, head): the row's used splits (ceil(context / SPLIT)) merged in
     split order, starting from the first (no zero added for an unused one)."""
     b = tl.program_id(0)
