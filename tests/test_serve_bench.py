@@ -149,7 +149,8 @@ def test_profiles_do_not_depend_on_the_machine(monkeypatch):
     assert gpu.long_prompts.prompt_len == (2048, 8192) and gpu.long_prompts.output_len == (128, 512)
     # the batch-invariant variant needs Triton on CUDA: served by the GPU profile only
     assert "invariant" in gpu.variants
-    assert all("invariant" not in ServeBenchConfig.for_profile(p).variants for p in ("smoke", "cpu"))
+    assert all("invariant" not in ServeBenchConfig.for_profile(p).variants
+               for p in ("smoke", "cpu"))
 
 
 def test_a_variant_is_offered_only_where_engine_config_has_its_fields(monkeypatch):
