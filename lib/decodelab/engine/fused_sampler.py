@@ -49,8 +49,8 @@ Plain temperature is then two passes over the logits (steps 1 and 7), min-p alon
 a row with a top-k or a top-p five, six where it refines a window. The batch's mode says
 whether any row has a top-k or top-p (``SamplerMode.filters``) or a min-p (``min_p``); the
 kernels no row needs are not launched, so a batch of plain rows is two launches. The kernels
-read a row's sampling inputs from its packed ``RowSampling`` words (``RowParams.block``, one pointer) at
-offsets the schema gives. The sizes (TOKENS_PER_PROGRAM, TILE, BUF, SMALL_BUF) are read at
+read a row's sampling inputs from its packed ``RowSampling`` words (``RowParams.block``, one
+pointer) at offsets the schema gives. The sizes (TOKENS_PER_PROGRAM, TILE, BUF, SMALL_BUF) are read at
 each launch, so tests scale them to small vocabularies.
 A row's work depends only on its own logits and parameters: the same token alone or in any
 batch, with or without penalties in other rows.
