@@ -31,7 +31,6 @@ ROLES: tuple[tuple[str, str], ...] = (
     ("attention merge", r"merge_split"),
     ("attention", r"attn|attention|fmha|flash|sdpa"),
     ("matmul (Triton gemv)", r"^_gemv|^_skinny"),
-    ("matmul (Triton, batch-invariant)", r"^_invariant_matmul"),
     ("matmul (cuBLAS)", r"gemm|nvjet|cutlass|xmma|matmul"),
     ("norm + residual", r"rms_norm"),
     ("rotary + cache write", r"rope"),

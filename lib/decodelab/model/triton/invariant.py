@@ -6,8 +6,9 @@ A GPU forward depends on its batch where a kernel's reduction order does: cuBLAS
 matmul choice pick other tiles (or split K) for other row counts, and decode attention splits
 the context in a number of parts chosen from the batch. Here:
 
-- **matmul** (:func:`matmul`): one kernel and one tile for every row count, from 1 row to a
-  prefill pack, per weight shape (``tile_for``: the tile depends on N alone). A program computes
+- **matmul** (:func:`matmul`): one kernel (``skinny``'s, tiled over the rows) and one tile for
+  every row count, from 1 row to a prefill pack, per weight shape (``tile_for``: the tile
+  depends on N alone). A program computes
   BLOCK_M rows x BLOCK_N columns, streams K in BLOCK_K chunks in order and accumulates in fp32
   (no split K), so each output element is the same chain of tensor-core products whatever
   the other rows; a row's place in its tile does not change its products.
@@ -28,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from decodelab.model.triton import attention, attention_plan
+from decodelab.model.triton import attention, attention_plan, skinny
 
 BLOCK_M = 64  # rows per program: the tensor-core M of one warp group on sm_90
 BLOCK_K = 64
@@ -54,51 +55,16 @@ def stages_for(block_n: int, elem_bytes: int, shared: int | None) -> int:
     return stages
 
 
-@triton.jit
-def _invariant_matmul_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_x, stride_w, stride_y,
-                             SWIGLU: tl.constexpr, BLOCK_M: tl.constexpr,
-                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                             PRECISION: tl.constexpr):
-    dt: tl.constexpr = y_ptr.dtype.element_ty
-    m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mmask, nmask = m < M, n < N
-    x_rows = x_ptr + m.to(tl.int64)[:, None] * stride_x
-    w_rows = w_ptr + n.to(tl.int64)[:, None] * stride_w
-    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        c = k0 + tl.arange(0, BLOCK_K)
-        kmask = c < K
-        w = tl.load(w_rows + c[None, :], mask=nmask[:, None] & kmask[None, :], other=0.0)
-        xmask = mmask[:, None] & kmask[None, :]
-        if SWIGLU:  # silu(gate) * up, rounded as F.silu(gate) * up would round
-            g = tl.load(x_rows + c[None, :], mask=xmask, other=0.0).to(tl.float32)
-            u = tl.load(x_rows + K + c[None, :], mask=xmask, other=0.0).to(tl.float32)
-            act = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
-            x = (act * u).to(dt)
-        else:
-            x = tl.load(x_rows + c[None, :], mask=xmask, other=0.0)
-        acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION)
-    out = y_ptr + m.to(tl.int64)[:, None] * stride_y + n[None, :]
-    tl.store(out, acc.to(dt), mask=mmask[:, None] & nmask[None, :])
-
-
 def matmul(x: torch.Tensor, w: torch.Tensor, *, swiglu: bool = False) -> torch.Tensor:
-    """x (M, K) (or (M, 2K) gate|up with ``swiglu``), w (N, K) -> (M, N) in w's dtype, any M."""
-    rows, (n, k) = x.shape[0], w.shape
+    """x (M, K) (or (M, 2K) gate|up with ``swiglu``), w (N, K) -> (M, N) in w's dtype, any M:
+    the skinny kernel in fixed tiles of BLOCK_M rows."""
+    n, k = w.shape
     if x.stride(1) != 1 or w.stride(1) != 1 or x.shape[1] != k * (2 if swiglu else 1):
         raise ValueError(f"invariant.matmul: x {tuple(x.shape)}, w {tuple(w.shape)}: need "
                          "x's width K (2K with swiglu) and contiguous last dims")
-    y = torch.empty((rows, n), dtype=w.dtype, device=w.device)
     block_n = tile_for(n)
-    _invariant_matmul_kernel[(triton.cdiv(rows, BLOCK_M), triton.cdiv(n, block_n))](
-        x, w, y, rows, n, k, x.stride(0), w.stride(0), y.stride(0), SWIGLU=swiglu,
-        BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=BLOCK_K,
-        # fp32 weights get exact products (the reference's precision), not tf32
-        PRECISION="ieee" if w.dtype == torch.float32 else "tf32", num_warps=WARPS,
-        num_stages=stages_for(block_n, w.element_size(),
-                              attention_plan.shared_per_block(w.device)))
-    return y
+    stages = stages_for(block_n, w.element_size(), attention_plan.shared_per_block(w.device))
+    return skinny.tiled(x, w, (block_n, BLOCK_K, WARPS, stages), BLOCK_M, swiglu=swiglu)
 
 
 @triton.jit
@@ -132,30 +98,14 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      ) -> torch.Tensor:
     """``attention.paged_decode_attention``'s contract, in fixed splits of SPLIT positions."""
     b, h, d = q.shape
-    _, hkv, bs, _ = k_cache.shape
-    if d & (d - 1) or k_cache.stride(3) != 1 or q.stride(2) != 1:
-        raise ValueError(f"invariant.decode_attention: head_dim {d} must be a power of two "
-                         "with contiguous last dims")
-    group = h // hkv
-    splits = triton.cdiv(block_tables.shape[1] * bs, SPLIT)  # enough for the widest row
+    splits = triton.cdiv(block_tables.shape[1] * k_cache.shape[2], SPLIT)  # the widest row's
     launch = attention_plan.fitted(ATTN, d * k_cache.element_size(),
                                    attention_plan.shared_per_block(q.device))
-    out = torch.empty((b, h, d), dtype=q.dtype, device=q.device)
-    m = torch.empty((b, h, splits), dtype=torch.float32, device=q.device)
-    lsum = torch.empty_like(m)
-    acc = torch.empty((b, h, splits, d), dtype=torch.float32, device=q.device)
-    # the decode path's own split kernel, at a fixed split size (SPLIT_SIZE) with partials
-    attention._attn_split_kernel[(b, hkv, splits)](
-        q, k_cache, v_cache, block_tables, context_lens, out, m, lsum, acc,
-        scale * 1.4426950408889634, q.stride(0), q.stride(1), k_cache.stride(0),
-        k_cache.stride(1), k_cache.stride(2), block_tables.stride(0), out.stride(0),
-        out.stride(1), G=group, GP=max(attention_plan.MIN_GROUP_ROWS,
-                                       triton.next_power_of_2(group)),
-        D=d, BS=bs, TILE=launch.tile, SPLITS=splits, SPLIT_SIZE=SPLIT, STAGES=launch.stages,
-        num_warps=launch.warps, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        PDL=False)
+    out, m, lsum, acc = attention.split_pass(q, k_cache, v_cache, block_tables, context_lens,
+                                             scale, splits, launch, split_size=SPLIT)
     _merge_splits_in_order_kernel[(b, h)](m, lsum, acc, context_lens, out, out.stride(0),
-                                   out.stride(1), D=d, SPLITS=splits, SPLIT=SPLIT, num_warps=1)
+                                          out.stride(1), D=d, SPLITS=splits, SPLIT=SPLIT,
+                                          num_warps=1)
     return out
 
 

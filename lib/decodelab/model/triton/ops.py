@@ -95,8 +95,9 @@ class TritonOps:
 class InvariantOps(TritonOps):
     """``TritonOps`` whose reductions run in one order whatever the batch (:mod:`.invariant`):
     one matmul kernel and tile for every row count (no cuBLAS, no gemv at one row, nothing to
-    time), decode attention in fixed splits, prefill attention through the decode kernel. The
-    norms, RoPE and the cache write are ``TritonOps``' per-row kernels."""
+    time: no tile is chosen, so ``add_norm_linear`` runs the norm kernel, then this matmul),
+    decode attention in fixed splits, prefill attention through the decode kernel. The norms,
+    RoPE and the cache write are ``TritonOps``' per-row kernels."""
 
     batch_invariant = True
 
@@ -113,15 +114,6 @@ class InvariantOps(TritonOps):
 
     def swiglu_linear(self, gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return invariant.matmul(gate_up.contiguous(), w, swiglu=True)
-
-    def add_norm_linear(self, h: torch.Tensor, x: torch.Tensor | None, norm_w: torch.Tensor,
-                        eps: float, w: torch.Tensor, bias: torch.Tensor | None = None
-                        ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The norm kernel, then the matmul, at every row count (no fused gemv at one row)."""
-        if x is None:
-            return h, self.linear(self.rms_norm(h, norm_w, eps), w, bias)
-        h, normed = self.add_rms_norm(h, x, norm_w, eps)
-        return h, self.linear(normed, w, bias)
 
     def decode_attention(self, q, k_cache, v_cache, block_tables, context_lens, scale
                          ) -> torch.Tensor:

@@ -36,7 +36,7 @@ def _skinny_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_x, stride_w, stride_y,
         tl.extra.cuda.gdc_launch_dependents()
     dt: tl.constexpr = y_ptr.dtype.element_ty
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    m = tl.arange(0, BLOCK_M)
+    m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)  # one M tile here; ``tiled``: more
     nmask, mmask = n < N, m < M
     w_rows = w_ptr + n.to(tl.int64)[:, None] * stride_w
     x_rows = x_ptr + m.to(tl.int64)[:, None] * stride_x
@@ -61,14 +61,23 @@ def _skinny_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_x, stride_w, stride_y,
 def skinny(x: torch.Tensor, w: torch.Tensor, tile: tuple[int, int, int, int], *,
            swiglu: bool = False, pdl: bool = False) -> torch.Tensor:
     """x (M, K) (or (M, 2K) gate|up with ``swiglu``), w (N, K) -> (M, N), 2 <= M <= MAX_ROWS."""
-    rows, (n, k) = x.shape[0], w.shape
+    rows = x.shape[0]
     if not 1 <= rows <= MAX_ROWS or x.stride(1) != 1 or w.stride(1) != 1:
         raise ValueError(f"skinny: {rows} rows (allowed 1..{MAX_ROWS}), contiguous last dims")
+    return tiled(x, w, tile, max(16, triton.next_power_of_2(rows)), swiglu=swiglu, pdl=pdl)
+
+
+def tiled(x: torch.Tensor, w: torch.Tensor, tile: tuple[int, int, int, int], block_m: int, *,
+          swiglu: bool = False, pdl: bool = False) -> torch.Tensor:
+    """The same kernel over any number of rows, in tiles of ``block_m`` rows (one program per
+    BLOCK_N columns and tile): ``skinny`` is its single tile; ``invariant.matmul`` one fixed
+    tile for every row count."""
+    rows, (n, k) = x.shape[0], w.shape
     block_n, block_k, warps, stages = tile
     y = torch.empty((rows, n), dtype=w.dtype, device=w.device)
-    _skinny_kernel[(triton.cdiv(n, block_n),)](
+    _skinny_kernel[(triton.cdiv(n, block_n), triton.cdiv(rows, block_m))](
         x, w, y, rows, n, k, x.stride(0), w.stride(0), y.stride(0), SWIGLU=swiglu,
-        BLOCK_M=max(16, triton.next_power_of_2(rows)), BLOCK_N=block_n, BLOCK_K=block_k,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
         # fp32 weights get exact products (the reference's precision), not tf32
         PRECISION="ieee" if w.dtype == torch.float32 else "tf32", PDL=pdl, num_warps=warps,
         num_stages=stages, **launch_kw(pdl))
