@@ -59,7 +59,8 @@ def compile_all(jobs: list[tuple[tl.Launch, tl.Target]]) -> list[tl.Compiled]:
 
 
 def launches(target: tl.Target, dtype: str) -> list[tl.Launch]:
-    found = tl.model_launches(target, dtype) | tl.sampler_launches(target)
+    found = (tl.model_launches(target, dtype) | tl.sampler_launches(target)
+             | tl.calibration_launches(target))
     return sorted(found, key=tl.Launch.label)
 
 

@@ -8,7 +8,8 @@ the options; nothing is compiled or launched. The launch sites run as the code r
 model's decode step (also with ``batch_invariant=True``, and its prefill) at every graph
 bucket with every matmul tile candidate and cuBLAS (and at
 one row more than each bucket, an eager step between buckets, whose row count Triton may
-specialise otherwise), its prefill, the tensor-parallel shards, and the sampler in every mode, on shape-only CPU tensors
+specialise otherwise), its prefill, the tensor-parallel shards, the sampler in every mode and
+phase 0's read stream, on shape-only CPU tensors
 (``torch.empty``, never read as numbers) with ``F.linear`` (the cuBLAS path) returning an empty
 result of its shape. Two layers stand for all of them (the first has no residual add; the rest
 launch alike). Per target the device is emulated where the code asks: its compute capability
@@ -275,6 +276,18 @@ def sampler_launches(target: Target, vocab: int = 128256) -> set[Launch]:
                     mode = fused(SamplerMode(greedy, penalties, 0))
                     sample(logits, params, mode, pen)
                     sample_step(logits, params, mode, pen, last, out)
+    return launches
+
+
+def calibration_launches(target: Target) -> set[Launch]:
+    """Phase 0's read-ceiling stream (``env.read_stream``) at each of its configurations."""
+    from decodelab.env.read_stream import STREAM_CONFIGS, stream_sum
+
+    block_max = max(b for b, _, _ in STREAM_CONFIGS)
+    with recording() as launches, emulated(target):
+        src, partial = torch.empty(4 * block_max), torch.empty(1024)
+        for block, warps, per_sm in STREAM_CONFIGS:
+            stream_sum(src, block, warps, per_sm * 132, partial)
     return launches
 
 

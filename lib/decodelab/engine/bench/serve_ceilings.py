@@ -1,8 +1,9 @@
 """The ceilings ``bench serve`` compares every run with, measured in the same run on the bench's
 device, at phase 0's sizes for the profile (``env.calibrate.CalibrationConfig``): the copy
-bandwidth (``core.timing.copy_bandwidth_gb_s``: bytes read + written), the read bandwidth (a
-sum over the same bytes: decode steps mostly read) and the matmul rate in the model's dtype
-(both phase 0's own measurements, ``env.calibrate``). The floor uses the higher bandwidth.
+bandwidth (``core.timing.copy_bandwidth_gb_s``: bytes read + written), the read ceiling (the
+fastest read-only stream over the same bytes: decode steps mostly read) and the matmul rate in
+the model's dtype (both phase 0's own measurements, ``env.calibrate``). The floor uses the
+higher bandwidth.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from decodelab.engine.bench.serve_floor import Ceilings
 from decodelab.env.calibrate import (  # phase 0's own measurements
     CalibrationConfig,
     matmul_timing,
-    read_rate,
+    read_ceiling_rate,
 )
 
 
@@ -23,7 +24,7 @@ def measure(device: torch.device, profile: str, dtype: torch.dtype) -> tuple[Cei
     cal = CalibrationConfig(profile)
     nbytes, t = cal.copy_mib << 20, cal.timing
     copy = copy_bandwidth_gb_s(device, nbytes, t)
-    timing, nread = read_rate(nbytes, device.type, t)
+    timing, nread, _ = read_ceiling_rate(nbytes, device.type, t)
     read_s = (timing.device_stats() if device.type == "cuda" else timing.wall_stats()).median
     read = nread / read_s / 1e9
     n = cal.matmul_n
