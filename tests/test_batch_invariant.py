@@ -47,6 +47,8 @@ def test_the_invariance_bench_refuses_bad_sizes_by_name():
         InvarianceConfig(probe_context=5000)
     with pytest.raises(ConfigError, match=r"InvarianceConfig.cost_contexts"):
         InvarianceConfig(cost_contexts=(512, 8192))
+    with pytest.raises(ConfigError, match=r"InvarianceConfig.cost_prompts"):
+        InvarianceConfig(cost_prompts=(0,))
     with pytest.raises(ConfigError, match=r"InvarianceConfig.batches"):
         InvarianceConfig(batches=())
 
@@ -63,7 +65,8 @@ def test_the_invariance_checks_run_end_to_end_on_a_cpu_stand_in():
 
     cfg = invariance.InvarianceConfig(model="tiny", dtype="float32", block_size=8,
                                       batches=(1, 3), probe_context=40, max_context=96,
-                                      engine_requests=3, engine_tokens=4, cost_contexts=(32,))
+                                      engine_requests=3, engine_tokens=4, cost_contexts=(32,),
+                                      cost_prompts=(32,))
     model = invariance.build_model(cfg, None, False, 3 * 12 + 16, device="cpu")
     rows = invariance.logit_checks(cfg, model)
     assert [(r.check, r.batch) for r in rows] == [("prefill_vs_decode", 1)] * 2 + [

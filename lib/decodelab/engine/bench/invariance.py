@@ -17,7 +17,8 @@ the largest difference seen, 0 where every compared value is the same bits):
   ``detail``.
 
 Cost (``batch_invariance_cost``): the decode step's device time per graph replay at each
-batch and context, the default kernels against the invariant ones (``ratio``).
+batch and context, and one prompt's eager prefill at each length (``step``), the default
+kernels against the invariant ones (``ratio``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class InvarianceConfig:
     engine_tokens: int = 256
     cost_batches: tuple[int, ...] = (1, 8, 32, 128)
     cost_contexts: tuple[int, ...] = (512, 4096)
+    cost_prompts: tuple[int, ...] = (512, 2048)  # prompt lengths of the prefill costs
     replays: int = 20
 
     def __post_init__(self) -> None:
@@ -66,6 +68,7 @@ class InvarianceConfig:
         check_int_list(own, "batches", self.batches, 1, 4096)
         check_int_list(own, "cost_batches", self.cost_batches, 1, 4096)
         check_int_list(own, "cost_contexts", self.cost_contexts, 1, self.max_context)
+        check_int_list(own, "cost_prompts", self.cost_prompts, 1, self.max_context)
         check_int(own, "probe_context", self.probe_context, 2, self.max_context)
         check_int(own, "engine_requests", self.engine_requests, 1)
         check_int(own, "engine_tokens", self.engine_tokens, 1)
@@ -87,9 +90,10 @@ class InvarianceRow:
 
 @dataclass(frozen=True, slots=True)
 class InvarianceCostRow:
+    step: str  # "decode": a decode step of ``batch`` rows; "prefill": one prompt of ``context``
     batch: int
     context: int
-    default_us: float  # the decode step's device time, graph replay, default kernels
+    default_us: float  # the step's device time (decode: graph replay), default kernels
     invariant_us: float
     ratio: float  # invariant / default
     model: str = ""
@@ -230,8 +234,23 @@ def engine_checks(cfg: InvarianceConfig, model: PagedLlama) -> list[InvarianceRo
     return rows
 
 
+def _prefill_us(model: PagedLlama, prompt: list[int], table: list[int], reps: int) -> float:
+    """Median device time of one eager prefill of ``prompt`` (after two warm-up calls)."""
+    times = []
+    for i in range(reps + 2):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        model.prefill([prompt], [table])
+        end.record()
+        end.synchronize()
+        if i >= 2:
+            times.append(start.elapsed_time(end) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
 def step_costs(cfg: InvarianceConfig) -> list[InvarianceCostRow]:
-    """The decode step's device time per replay, default against invariant kernels."""
+    """The decode step's device time per replay and one prompt's prefill time, default against
+    invariant kernels."""
     bs = cfg.block_size
     out = []
     for context in cfg.cost_contexts:
@@ -256,9 +275,25 @@ def step_costs(cfg: InvarianceConfig) -> list[InvarianceCostRow]:
             torch.cuda.empty_cache()
         for batch in cfg.cost_batches:
             d, i = times[False, batch], times[True, batch]
-            out.append(InvarianceCostRow(batch, context, d, i, i / d))
+            out.append(InvarianceCostRow("decode", batch, context, d, i, i / d))
             print(f"[bench] batch_invariance: batch {batch} context {context}: {d:.0f} us "
                   f"default, {i:.0f} us invariant = {i / d:.3f}x", flush=True)
+    rng = random.Random(1)
+    longest = max(cfg.cost_prompts)
+    times = {}
+    for invariant in (False, True):
+        model = build_model(cfg, None, invariant, -(-longest // bs))
+        table = list(range(model.cache.num_blocks))
+        for n in cfg.cost_prompts:
+            prompt = [rng.randrange(model.config.vocab_size) for _ in range(n)]
+            times[invariant, n] = _prefill_us(model, prompt, table, cfg.replays // 4 + 1)
+        del model
+        torch.cuda.empty_cache()
+    for n in cfg.cost_prompts:
+        d, i = times[False, n], times[True, n]
+        out.append(InvarianceCostRow("prefill", 1, n, d, i, i / d))
+        print(f"[bench] batch_invariance: prefill of {n} tokens: {d:.0f} us default, {i:.0f} us "
+              f"invariant = {i / d:.3f}x", flush=True)
     return out
 
 

@@ -20,9 +20,11 @@ start of this run (:mod:`.serve_ceilings`), and measured / floor.
 The engine: ``max_num_seqs`` rows (256 on the GPU, decode graphs captured up to it), a KV cache
 sized from the free device memory after the weights less ``kv_margin_gib`` (on a CPU: what the
 rows need at the longest context), ``token_budget`` tokens per step. One engine per variant
-(:data:`.serve_config.VARIANTS`: whole prompts, ``engine``; chunked prefill, ``chunked``)
-serves a warm-up run (every graph bucket's first use), then every measured run. Before a run's
-row is written, every request must have finished with exactly its output length.
+(:data:`.serve_config.VARIANTS`: whole prompts, ``engine``; chunked prefill, ``chunked``;
+chunked on the batch-invariant model, ``invariant``, GPU only) serves a warm-up run (every
+graph bucket's first use), then every measured run (``invariant`` not the long prompts:
+:data:`.serve_config.SHORT_PROMPTS_ONLY` says why). Before a run's row is written, every
+request must have finished with exactly its output length.
 """
 
 from __future__ import annotations
@@ -39,7 +41,11 @@ from decodelab.core.profiles import on_bench_device
 from decodelab.core.results import stamped, write_table
 from decodelab.engine.bench import serve_ceilings
 from decodelab.engine.bench.config import SPARE_BLOCKS, graph_buckets
-from decodelab.engine.bench.serve_config import ServeBenchConfig, engine_config
+from decodelab.engine.bench.serve_config import (
+    SHORT_PROMPTS_ONLY,
+    ServeBenchConfig,
+    engine_config,
+)
 from decodelab.engine.bench.serve_rows import (
     OfflineRow,
     OnlineRow,
@@ -114,16 +120,18 @@ def _serve_variant(variant: str, ecfg: EngineConfig, cfg: ServeBenchConfig, mode
     """The warm-up, the offline runs and the online sweep of one engine variant, at fractions
     of ``base_rate`` (None: this variant's own offline request rate)."""
     served = ServeEngine(model, ecfg, graphs, floor)
+    short = variant in SHORT_PROMPTS_ONLY
     t0 = time.perf_counter()
     served.run(f"{variant}-warmup", warmup_requests(
         cfg.max_num_seqs, cfg.warmup_prompt, model.config.vocab_size,
-        longest=cfg.long_prompts.prompt_len[1]), cfg.offline.temperature)
+        longest=(cfg.offline if short else cfg.long_prompts).prompt_len[1]),
+        cfg.offline.temperature)
     warmup_s = time.perf_counter() - t0
     print(f"[bench] serve: {variant}: warm-up {warmup_s:.1f} s", flush=True)
     graph = dict(capture_s=getattr(graphs, "capture_s", NAN),
                  graph_mem_mib=getattr(graphs, "graph_mem_mib", NAN), warmup_s=warmup_s)
     offline_rows, traces = [], []
-    for wl, reqs in ((cfg.offline, offline), (cfg.long_prompts, long)):
+    for wl, reqs in ((cfg.offline, offline),) + (() if short else ((cfg.long_prompts, long),)):
         trace = served.run(f"{variant}-{wl.name}", reqs, wl.temperature)
         _check(wl.name, trace, reqs)
         offline_rows.append(OfflineRow.of(variant, wl.name, trace, **graph))

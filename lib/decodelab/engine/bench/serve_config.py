@@ -24,6 +24,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "invariant": {"chunked_prefill": True, "batch_invariant": True},
 }
 GPU_ONLY_VARIANTS = ("invariant",)  # the switch needs Triton on CUDA
+# Variants that serve the offline workload and the online sweep but not the long prompts: the
+# invariant prefill attends through the decode kernel's rows, whose K/V reads grow with the
+# square of the prompt (a 2k-8k prompt reads its prefix once per 16 tokens, not once per
+# 128-token tile as the default prefill does), hours for that workload's 647k prompt tokens.
+SHORT_PROMPTS_ONLY = ("invariant",)
 DTYPES = ("float32", "bfloat16", "float16")
 CONTEXT_SPARE = 8  # positions beyond the longest prompt + output of any workload
 

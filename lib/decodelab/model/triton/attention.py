@@ -33,18 +33,14 @@ def _attn_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, m_ptr, l_
                        scale_log2, stride_qb, stride_qh, stride_kb, stride_kh, stride_kt,
                        stride_bt, stride_ob, stride_oh,
                        G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
-                       TILE: tl.constexpr, SPLITS: tl.constexpr, SPLIT_SIZE: tl.constexpr,
+                       TILE: tl.constexpr, SPLITS: tl.constexpr,
                        STAGES: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
     _pdl_enter(PDL)  # q and the newest K/V come from the kernel before
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
     ctx = tl.load(lens_ptr + b)
-    # a compile-time branch (Triton takes no ternary of a constexpr and a tensor)
-    if SPLIT_SIZE > 0:  # noqa: SIM108 - fixed positions per split (invariant.decode_attention)
-        chunk = SPLIT_SIZE
-    else:  # the context shared among SPLITS splits
-        chunk = tl.cdiv(tl.cdiv(ctx, SPLITS), TILE) * TILE
+    chunk = tl.cdiv(tl.cdiv(ctx, SPLITS), TILE) * TILE  # the context shared among the splits
     start = split * chunk
     end = tl.minimum(start + chunk, ctx)
     g = tl.arange(0, GP)
@@ -74,7 +70,7 @@ def _attn_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, m_ptr, l_
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
-    if SPLITS == 1 and SPLIT_SIZE == 0:
+    if SPLITS == 1:
         o = acc / l_i[:, None]
         tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
                  o.to(out_ptr.dtype.element_ty), mask=gmask[:, None])
@@ -106,22 +102,22 @@ def _merge_splits_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, stride_ob, stride_oh,
     tl.store(out_ptr + b * stride_ob + h * stride_oh + d, o.to(out_ptr.dtype.element_ty))
 
 
-def split_pass(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-               block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-               splits: int, launch: LaunchConfig, *, split_size: int = 0, pdl: bool = False
-               ) -> tuple[torch.Tensor, ...]:
-    """The split kernel over ``splits`` context splits: (out, m, l, acc). With one split (and
-    no ``split_size``) ``out`` holds the result; else the splits' partials m, l (B, H, splits)
-    and acc (B, H, splits, D) fp32, to merge. ``split_size`` > 0: every split that many
-    positions (``invariant.decode_attention``), else the context shared among the splits."""
+def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           block_tables: torch.Tensor, context_lens: torch.Tensor,
+                           scale: float, launch: LaunchConfig | None = None, *,
+                           pdl: bool = False) -> torch.Tensor:
+    """``launch`` overrides the shape's :func:`attention_plan.plan` (for tuning sweeps);
+    ``pdl`` launches both kernels with programmatic dependent launch (see ``pdl``)."""
     b, h, d = q.shape
     _, hkv, bs, _ = k_cache.shape
     if d & (d - 1) or k_cache.stride(3) != 1 or q.stride(2) != 1:
         raise ValueError(f"paged_decode_attention: head_dim {d} must be a power of two with "
                          "contiguous last dims")
     group = h // hkv
+    splits, chosen = plan(b, hkv, q.device, d * k_cache.element_size())
+    launch = launch or chosen
     out = torch.empty((b, h, d), dtype=q.dtype, device=q.device)
-    if splits > 1 or split_size:
+    if splits > 1:
         m = torch.empty((b, h, splits), dtype=torch.float32, device=q.device)
         lsum = torch.empty_like(m)
         acc = torch.empty((b, h, splits, d), dtype=torch.float32, device=q.device)
@@ -132,23 +128,9 @@ def split_pass(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         scale * 1.4426950408889634, q.stride(0), q.stride(1), k_cache.stride(0),
         k_cache.stride(1), k_cache.stride(2), block_tables.stride(0), out.stride(0),
         out.stride(1), G=group, GP=max(MIN_GROUP_ROWS, triton.next_power_of_2(group)), D=d,
-        BS=bs, TILE=launch.tile, SPLITS=splits, SPLIT_SIZE=split_size, STAGES=launch.stages,
-        num_warps=launch.warps,
+        BS=bs, TILE=launch.tile, SPLITS=splits, STAGES=launch.stages, num_warps=launch.warps,
         # fp32 caches get exact products (the reference's precision), not tf32
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PDL=pdl, **launch_kw(pdl))
-    return out, m, lsum, acc
-
-
-def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float, launch: LaunchConfig | None = None, *,
-                           pdl: bool = False) -> torch.Tensor:
-    """``launch`` overrides the shape's :func:`attention_plan.plan` (for tuning sweeps);
-    ``pdl`` launches both kernels with programmatic dependent launch (see ``pdl``)."""
-    b, h, d = q.shape
-    splits, chosen = plan(b, k_cache.shape[1], q.device, d * k_cache.element_size())
-    out, m, lsum, acc = split_pass(q, k_cache, v_cache, block_tables, context_lens, scale,
-                                   splits, launch or chosen, pdl=pdl)
     if splits > 1:
         _merge_splits_kernel[(b, h)](m, lsum, acc, out, out.stride(0), out.stride(1), D=d,
                                      SPLITS=splits, PDL=pdl, num_warps=1, **launch_kw(pdl))

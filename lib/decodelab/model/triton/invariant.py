@@ -12,15 +12,18 @@ the context in a number of parts chosen from the batch. Here:
   BLOCK_M rows x BLOCK_N columns, streams K in BLOCK_K chunks in order and accumulates in fp32
   (no split K), so each output element is the same chain of tensor-core products whatever
   the other rows; a row's place in its tile does not change its products.
-- **decode attention** (:func:`decode_attention`): the context is cut in splits of a fixed
-  SPLIT positions (not a fixed number of splits), each walked in fixed tiles, and the splits
-  a row uses are merged one after another in order (``_merge_splits_in_order_kernel``), so
-  the result depends on the row's context length and K/V alone, not on the batch nor the
-  block table's width. Prefill attends through the same kernel, one row per chunk token
-  (:func:`prefill_attention`), so prefill and decode give a position the same bits.
+- **attention** (:func:`decode_attention`, :func:`prefill_attention`): one kernel for both.
+  The context is cut in splits of a fixed SPLIT positions (not a fixed number of splits),
+  each walked in fixed tiles, and the splits a row uses are merged one after another in order
+  (``_merge_splits_in_order_kernel``), so the result depends on the row's context length and
+  K/V alone, not on the batch nor the block table's width. A program holds ROWS query rows:
+  the GQA group of one token in decode, of up to ROWS // group tokens of one chunk in
+  prefill (they share the K/V tile loads; a position past a token's context is masked). A
+  row's products and reductions are the same instructions in either case, so prefill and
+  decode give a position the same bits.
 
 Norms, RoPE, the cache write and the SwiGLU product are per-row kernels already
-(``fused``): invariant as they are. Imported lazily: GPU only (or Triton's interpreter).
+(``fused``): invariant as they are; the SwiGLU product runs before the matmul, not fused in. Imported lazily: GPU only (or Triton's interpreter).
 """
 
 from __future__ import annotations
@@ -29,42 +32,122 @@ import torch
 import triton
 import triton.language as tl
 
-from decodelab.model.triton import attention, attention_plan, skinny
+from decodelab.model.triton import attention_plan, skinny
 
 BLOCK_M = 64  # rows per program: the tensor-core M of one warp group on sm_90
-BLOCK_K = 64
-WARPS, STAGES = 4, 3
+WARPS, STAGES = 4, 4
 SPLIT = 256  # context positions per attention split
-ATTN = attention_plan.LaunchConfig(tile=64, stages=3, warps=2)
+ROWS = 64  # query rows per attention program, decode and prefill alike (one compiled kernel)
+ATTN = attention_plan.LaunchConfig(tile=64, stages=3, warps=4)
 
 
-def tile_for(n: int) -> int:
-    """BLOCK_N of a weight with ``n`` output columns: narrow tiles where N is small (more
-    programs to stream the weight), whatever the number of rows."""
-    return 32 if n <= 4096 else 64
+def tile_for(n: int) -> tuple[int, int]:
+    """(BLOCK_N, BLOCK_K) of a weight with ``n`` output columns, whatever the number of rows:
+    narrow tiles with long K chunks where N is small (more programs in flight to stream the
+    weight), wide ones where N is large. Chosen from a sweep on the H200 at 1 to 256 rows of
+    Llama-3.2-1B's shapes (the sum over row counts least: qkv, o and down at (32, 128),
+    gate_up and the LM head at (128, 64); the rule before, (32 | 64, 64) with 3 stages, was
+    1.1-1.5x slower)."""
+    return (32, 128) if n <= 4096 else (128, 64)
 
 
-def stages_for(block_n: int, elem_bytes: int, shared: int | None) -> int:
+def stages_for(block_n: int, block_k: int, elem_bytes: int, shared: int | None) -> int:
     """Pipeline stages whose x and w tiles fit ``shared`` bytes per block (None: no limit):
-    STAGES where they fit (a T4's 64 KiB holds fewer fp32 ones). It depends on the GPU and the
-    dtype, never on the rows, so every row count runs one compiled kernel."""
+    STAGES where they fit (a T4's 64 KiB holds fewer). It depends on the GPU and the dtype,
+    never on the rows, so every row count runs one compiled kernel."""
     stages = STAGES
     while stages > 1 and shared is not None and (
-            stages * (BLOCK_M + block_n) * BLOCK_K * elem_bytes > shared):
+            stages * (BLOCK_M + block_n) * block_k * elem_bytes > shared):
         stages -= 1
     return stages
 
 
-def matmul(x: torch.Tensor, w: torch.Tensor, *, swiglu: bool = False) -> torch.Tensor:
-    """x (M, K) (or (M, 2K) gate|up with ``swiglu``), w (N, K) -> (M, N) in w's dtype, any M:
-    the skinny kernel in fixed tiles of BLOCK_M rows."""
+def matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x (M, K), w (N, K) -> (M, N) in w's dtype, any M: the skinny kernel in fixed tiles of
+    BLOCK_M rows. (The SwiGLU product goes through ``fused.silu_mul`` first, a per-row kernel:
+    fused into this kernel's x tile it is recomputed by every program, 10x slower at the down
+    projection.)"""
     n, k = w.shape
-    if x.stride(1) != 1 or w.stride(1) != 1 or x.shape[1] != k * (2 if swiglu else 1):
+    if x.stride(1) != 1 or w.stride(1) != 1 or x.shape[1] != k:
         raise ValueError(f"invariant.matmul: x {tuple(x.shape)}, w {tuple(w.shape)}: need "
-                         "x's width K (2K with swiglu) and contiguous last dims")
-    block_n = tile_for(n)
-    stages = stages_for(block_n, w.element_size(), attention_plan.shared_per_block(w.device))
-    return skinny.tiled(x, w, (block_n, BLOCK_K, WARPS, stages), BLOCK_M, swiglu=swiglu)
+                         "x's width K and contiguous last dims")
+    block_n, block_k = tile_for(n)
+    stages = stages_for(block_n, block_k, w.element_size(),
+                        attention_plan.shared_per_block(w.device))
+    return skinny.tiled(x, w, (block_n, block_k, WARPS, stages), BLOCK_M)
+
+
+@triton.jit
+def _attn_rows_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, qs_ptr, starts_ptr, ctx_ptr, m_ptr,
+                      l_ptr, acc_ptr, scale_log2, per_chunk, stride_qt, stride_qh, stride_kb,
+                      stride_kh, stride_kt, stride_bt, G: tl.constexpr, GPOW: tl.constexpr,
+                      ROWS: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, TILE: tl.constexpr,
+                      SPLITS: tl.constexpr, SPLIT: tl.constexpr, STAGES: tl.constexpr,
+                      PRECISION: tl.constexpr, DECODE: tl.constexpr):
+    """One program per (block of query tokens of one sequence, KV head, split): ROWS rows, the
+    GQA group of each of ROWS // GPOW tokens, walk the split's positions in TILE tiles and
+    write each row's partials (m, l, acc). A row's numbers depend on its query, its context
+    and the K/V alone: the other rows only share the tile loads (a position past a row's
+    context is masked to -inf, so a tile the row does not need adds exact zeros). DECODE:
+    block b is token b over table row b, context lens[b]; else block b is part b % per_chunk
+    of chunk b // per_chunk (its tokens query_starts[c] + ..., contexts starts[c] + j + 1),
+    and each token's context is written to ctx for the merge."""
+    blk = tl.program_id(0)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    r = tl.arange(0, ROWS)
+    tok = r // GPOW
+    g = r % GPOW
+    if DECODE:
+        table = blk
+        token = blk + tok * 0
+        live = tok == 0
+        ctx = tl.where(live, tl.load(lens_ptr + blk), 0)
+    else:
+        table = blk // per_chunk
+        q0 = tl.load(qs_ptr + table)
+        first = q0 + (blk % per_chunk) * (ROWS // GPOW)
+        token = first + tok
+        live = token < tl.load(qs_ptr + table + 1)
+        ctx = tl.where(live, tl.load(starts_ptr + table) + token - q0 + 1, 0)
+        if split == 0 and kvh == 0:
+            tl.store(ctx_ptr + token, ctx, mask=live & (g == 0))
+    rmask = live & (g < G)
+    start = split * SPLIT
+    end = tl.minimum(start + SPLIT, ctx)  # (ROWS,) past a row's context: masked
+    last = tl.max(end, axis=0)
+    d = tl.arange(0, D)
+    heads = kvh * G + g
+    q = tl.load(q_ptr + token.to(tl.int64)[:, None] * stride_qt + heads[:, None] * stride_qh
+                + d[None, :], mask=rmask[:, None], other=0.0)  # (ROWS, D)
+    m_i = tl.full([ROWS], float("-inf"), tl.float32)
+    l_i = tl.zeros([ROWS], tl.float32)
+    acc = tl.zeros([ROWS, D], tl.float32)
+    kv_head = k_ptr + kvh * stride_kh
+    v_head = v_ptr + kvh * stride_kh
+    n_tiles = tl.cdiv(tl.maximum(last - start, 0), TILE)
+    for i in tl.range(0, n_tiles, num_stages=STAGES):
+        t = start + i * TILE + tl.arange(0, TILE)
+        tmask = t < last
+        b_id = tl.load(bt_ptr + table * stride_bt + t // BS, mask=tmask, other=0).to(tl.int64)
+        row = b_id * stride_kb + (t % BS) * stride_kt
+        k = tl.load(kv_head + row[:, None] + d[None, :], mask=tmask[:, None], other=0.0)
+        v = tl.load(v_head + row[:, None] + d[None, :], mask=tmask[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (ROWS, TILE), fp32
+        s = tl.where(t[None, :] < end[:, None], s * scale_log2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing yet: no NaN
+        alpha = tl.exp2(m_i - m_use)
+        p = tl.exp2(s - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+    H = tl.num_programs(1) * G
+    part = (token.to(tl.int64) * H + heads) * SPLITS + split
+    used = rmask & (start < ctx)
+    tl.store(m_ptr + part, m_i, mask=used)
+    tl.store(l_ptr + part, l_i, mask=used)
+    tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=used[:, None])
 
 
 @triton.jit
@@ -77,7 +160,7 @@ def _merge_splits_in_order_kernel(m_ptr, l_ptr, acc_ptr, lens_ptr, out_ptr, stri
     h = tl.program_id(1)
     H = tl.num_programs(1)
     d = tl.arange(0, D)
-    base = (b * H + h) * SPLITS
+    base = (b.to(tl.int64) * H + h) * SPLITS
     used = tl.maximum(tl.cdiv(tl.load(lens_ptr + b), SPLIT), 1)
     m_max = tl.load(m_ptr + base)
     for s in range(1, used):
@@ -93,31 +176,60 @@ def _merge_splits_in_order_kernel(m_ptr, l_ptr, acc_ptr, lens_ptr, out_ptr, stri
     tl.store(out_ptr + b * stride_ob + h * stride_oh + d, o.to(out_ptr.dtype.element_ty))
 
 
+def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+            block_tables: torch.Tensor, scale: float, *, lens: torch.Tensor | None = None,
+            query_starts: torch.Tensor | None = None, starts: torch.Tensor | None = None,
+            max_query_len: int = 1) -> torch.Tensor:
+    """Decode (``lens``: one token per table row) or prefill (``query_starts``, ``starts``:
+    chunks of tokens) through one kernel and its in-order merge."""
+    t, h, d = q.shape
+    _, hkv, bs, _ = k_cache.shape
+    group = h // hkv
+    gpow = triton.next_power_of_2(group)
+    if d & (d - 1) or d < 16 or gpow > ROWS or k_cache.stride(3) != 1 or q.stride(2) != 1:
+        raise ValueError(f"invariant attention: head_dim {d} (a power of two >= 16), query "
+                         f"group {group} (at most {ROWS}), contiguous last dims")
+    splits = triton.cdiv(block_tables.shape[1] * bs, SPLIT)  # the widest row's
+    decode = lens is not None
+    if decode:
+        blocks, per_chunk, ctx = t, 1, lens
+    else:
+        per_chunk = triton.cdiv(max_query_len, ROWS // gpow)
+        blocks = (query_starts.numel() - 1) * per_chunk
+        ctx = torch.empty(t, dtype=torch.int32, device=q.device)
+    m = torch.empty((t, h, splits), dtype=torch.float32, device=q.device)
+    lsum = torch.empty_like(m)
+    acc = torch.empty((t, h, splits, d), dtype=torch.float32, device=q.device)
+    row_bytes, shared = d * k_cache.element_size(), attention_plan.shared_per_block(q.device)
+    # the K/V tiles fit what the query tile (ROWS rows, in shared memory for the dot) leaves
+    launch = attention_plan.fitted(ATTN, row_bytes, None if shared is None
+                                   else shared - ROWS * row_bytes - 1024)
+    _attn_rows_kernel[(blocks, hkv, splits)](
+        q, k_cache, v_cache, block_tables, ctx, query_starts if not decode else ctx,
+        starts if not decode else ctx, ctx, m, lsum, acc, scale * 1.4426950408889634, per_chunk,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        block_tables.stride(0), G=group, GPOW=gpow, ROWS=ROWS, D=d, BS=bs, TILE=launch.tile,
+        SPLITS=splits, SPLIT=SPLIT, STAGES=launch.stages,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", DECODE=decode,
+        num_warps=launch.warps)
+    out = torch.empty((t, h, d), dtype=q.dtype, device=q.device)
+    _merge_splits_in_order_kernel[(t, h)](m, lsum, acc, ctx, out, out.stride(0), out.stride(1),
+                                          D=d, SPLITS=splits, SPLIT=SPLIT, num_warps=1)
+    return out
+
+
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float
                      ) -> torch.Tensor:
     """``attention.paged_decode_attention``'s contract, in fixed splits of SPLIT positions."""
-    b, h, d = q.shape
-    splits = triton.cdiv(block_tables.shape[1] * k_cache.shape[2], SPLIT)  # the widest row's
-    launch = attention_plan.fitted(ATTN, d * k_cache.element_size(),
-                                   attention_plan.shared_per_block(q.device))
-    out, m, lsum, acc = attention.split_pass(q, k_cache, v_cache, block_tables, context_lens,
-                                             scale, splits, launch, split_size=SPLIT)
-    _merge_splits_in_order_kernel[(b, h)](m, lsum, acc, context_lens, out, out.stride(0),
-                                          out.stride(1), D=d, SPLITS=splits, SPLIT=SPLIT,
-                                          num_warps=1)
-    return out
+    return _attend(q, k_cache, v_cache, block_tables, scale, lens=context_lens)
 
 
 def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                       block_tables: torch.Tensor, query_starts: torch.Tensor,
-                      starts: torch.Tensor, scale: float) -> torch.Tensor:
-    """``prefill_attention.paged_prefill_attention``'s contract through the decode kernel: token
-    j of chunk i is a decode row over its own sequence's table with context starts[i] + j + 1,
-    the same call its position would be in a decode step."""
-    t = q.shape[0]
-    token = torch.arange(t, device=q.device, dtype=query_starts.dtype)
-    chunk = torch.searchsorted(query_starts[1:], token, right=True)  # chunk of each token
-    context = (starts[chunk] + token - query_starts[chunk] + 1).to(torch.int32)
-    return decode_attention(q, k_cache, v_cache, block_tables[chunk].contiguous(), context,
-                            scale)
+                      starts: torch.Tensor, scale: float, max_query_len: int) -> torch.Tensor:
+    """``prefill_attention.paged_prefill_attention``'s contract through the decode kernel: each
+    token's rows are computed as a decode step at its position would compute them (up to
+    ROWS // group tokens of a chunk share a program's K/V tiles)."""
+    return _attend(q, k_cache, v_cache, block_tables, scale, query_starts=query_starts,
+                   starts=starts, max_query_len=max_query_len)

@@ -96,8 +96,9 @@ class InvariantOps(TritonOps):
     """``TritonOps`` whose reductions run in one order whatever the batch (:mod:`.invariant`):
     one matmul kernel and tile for every row count (no cuBLAS, no gemv at one row, nothing to
     time: no tile is chosen, so ``add_norm_linear`` runs the norm kernel, then this matmul),
-    decode attention in fixed splits, prefill attention through the decode kernel. The norms,
-    RoPE and the cache write are ``TritonOps``' per-row kernels."""
+    decode and prefill attention through one kernel in fixed splits, the SwiGLU product by its
+    per-row kernel before the matmul. The norms, RoPE and the cache write are ``TritonOps``'
+    per-row kernels."""
 
     batch_invariant = True
 
@@ -113,7 +114,7 @@ class InvariantOps(TritonOps):
         return y if bias is None else y + bias
 
     def swiglu_linear(self, gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return invariant.matmul(gate_up.contiguous(), w, swiglu=True)
+        return invariant.matmul(silu_mul(gate_up.contiguous()), w)  # both per-row invariant
 
     def decode_attention(self, q, k_cache, v_cache, block_tables, context_lens, scale
                          ) -> torch.Tensor:
@@ -122,4 +123,4 @@ class InvariantOps(TritonOps):
     def prefill_attention(self, q, k_cache, v_cache, block_tables, query_starts, starts, scale,
                           max_query_len: int) -> torch.Tensor:
         return invariant.prefill_attention(q, k_cache, v_cache, block_tables, query_starts,
-                                           starts, scale)
+                                           starts, scale, max_query_len)
