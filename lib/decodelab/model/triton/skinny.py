@@ -35,10 +35,8 @@ def _skinny_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_x, stride_w, stride_y,
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     dt: tl.constexpr = y_ptr.dtype.element_ty
-    # the M tile varies fastest over the grid: the tiles that share a weight tile run together
-    # and read it from HBM once (``tiled``'s many M tiles; ``skinny`` has one)
-    m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)  # one M tile here; ``tiled``: more
     nmask, mmask = n < N, m < M
     w_rows = w_ptr + n.to(tl.int64)[:, None] * stride_w
     x_rows = x_ptr + m.to(tl.int64)[:, None] * stride_x
@@ -77,7 +75,7 @@ def tiled(x: torch.Tensor, w: torch.Tensor, tile: tuple[int, int, int, int], blo
     rows, (n, k) = x.shape[0], w.shape
     block_n, block_k, warps, stages = tile
     y = torch.empty((rows, n), dtype=w.dtype, device=w.device)
-    _skinny_kernel[(triton.cdiv(rows, block_m), triton.cdiv(n, block_n))](
+    _skinny_kernel[(triton.cdiv(n, block_n), triton.cdiv(rows, block_m))](
         x, w, y, rows, n, k, x.stride(0), w.stride(0), y.stride(0), SWIGLU=swiglu,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
         # fp32 weights get exact products (the reference's precision), not tf32
