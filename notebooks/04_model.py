@@ -72,8 +72,9 @@ plots.use_style()
 # %%
 written = nb.run_local_bench(params)
 tables = nb.load_tables()
-# floors at each origin's read ceiling, or its run's copy bandwidth standing in (said below)
-pm = (floors.with_ceiling(tables["paged_model"], tables.get("environment"))
+# floors at each origin's read ceiling (or a kernel's faster read), or its run's copy bandwidth
+# standing in (said below)
+pm = (floors.with_ceiling(tables["paged_model"], tables.get("environment"), tables)
       if "paged_model" in tables else None)
 display(Markdown(f"Local run: profile `{params.profile}`, "
                  + (f"wrote {', '.join(f'`{p.name}`' for p in written)}." if written

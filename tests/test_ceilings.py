@@ -9,6 +9,7 @@ import pytest
 
 from decodelab.env.ceilings import (
     environment_origin,
+    fastest_kernel_read,
     lacking_read_ceiling,
     read_ceiling,
 )
@@ -38,6 +39,53 @@ def test_read_ceiling_where_measured_copy_with_caveat_where_not():
     c = read_ceiling(slow, "reference/h200")
     assert c.gb_s == 4000.0 and "above the read ceiling measured" in c.caveat
     assert math.isnan(read_ceiling(None, "reference/h200").gb_s)
+
+
+def test_a_kernel_that_reads_faster_than_the_stream_sets_the_ceiling():
+    """The H200's case: the LM head's gemv (4,540 GB/s) beat the calibration's read stream
+    (4,483): the floor takes the kernel's rate and names its row; a slower kernel changes
+    nothing; the origin's own rows only, a multi-GPU origin reading its device's."""
+    env = _env([("d2d_copy_bandwidth", 4266.0), ("read_bandwidth", 4483.0)])
+    linear = pd.DataFrame({"origin": ["reference/h200", "reference/h200", "local"],
+                           "n": [128256, 2048, 128256], "k": [2048, 2048, 2048],
+                           "candidate": ["gemv_4x1024w4", "cublas", "gemv_4x1024w4"],
+                           "weight_gb_s": [4540.0, 2700.0, 9999.0]})
+    attention = pd.DataFrame({"origin": ["reference/h200"] * 2, "impl": ["paged", "sdpa"],
+                              "batch": [128, 128], "context": [4096, 4096],
+                              "kv_gb_s": [4321.0, 4420.0]})
+    frames = {"paged_model_linear": linear, "paged_attention": attention}
+    fastest = fastest_kernel_read(frames, "reference/h200")
+    assert fastest == (4540.0, "paged_model_linear[origin=reference/h200, "
+                               "candidate=gemv_4x1024w4, n=128256, k=2048]")
+    assert fastest_kernel_read(frames, "reference/h200x2") == fastest
+    c = read_ceiling(env, "reference/h200", kernel_read=fastest)
+    assert (c.gb_s, c.name, c.caveat) == (4540.0, "read ceiling", "")
+    assert c.source.startswith("the fastest kernel read measured, paged_model_linear[")
+    assert "above the read ceiling measured (4,483 GB/s" in c.source
+    slower = fastest_kernel_read({"paged_attention": attention}, "reference/h200")
+    assert slower[0] == 4420.0 and "impl=sdpa" in slower[1]
+    assert read_ceiling(env, "reference/h200", kernel_read=slower).gb_s == 4483.0
+    assert math.isnan(fastest_kernel_read({}, "reference/h200")[0])
+    assert math.isnan(fastest_kernel_read(None, "reference/h200")[0])
+    # no calibration at all: a kernel's measured read is still a read ceiling, with no caveat
+    c = read_ceiling(None, "reference/h200", kernel_read=fastest)
+    assert (c.gb_s, c.caveat) == (4540.0, "") and "above" not in c.source
+
+
+def test_no_kernel_on_the_shipped_page_beats_its_floor():
+    """Every kernel read in the shipped H200 tables is at or under the ceiling its floors use."""
+    from decodelab.core.results import stored_tables
+    from decodelab.model.floors import with_ceiling
+
+    tables = stored_tables(("paged_model", "paged_model_linear", "paged_attention",
+                            "environment"))
+    pm = with_ceiling(tables["paged_model"], tables.get("environment"), tables)
+    ref = pm[pm["origin"] == "reference/h200"]
+    ceiling = float(ref["floor_gb_s"].iloc[0])
+    for table, column in (("paged_model_linear", "weight_gb_s"), ("paged_attention", "kv_gb_s")):
+        frame = tables[table]
+        assert frame[frame["origin"] == "reference/h200"][column].max() <= ceiling, table
+    assert (ref["roofline_fraction"] <= 1).all()
 
 
 def test_multi_gpu_origins_read_the_single_gpu_calibration_and_cpu_its_own():

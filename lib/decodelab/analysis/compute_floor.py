@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from decodelab.analysis.layers import Headline, MissingData, Tables, fmt_si, fmt_us, selector_of
 from decodelab.analysis.regimes import graph
 from decodelab.core.validate import ConfigError
-from decodelab.env.ceilings import Ceiling, read_ceiling
+from decodelab.env.ceilings import Ceiling, fastest_kernel_read, read_ceiling
 from decodelab.model.analysis import role_of
 from decodelab.replay.fit import fit_nodes
 from decodelab.toy.step import named
@@ -100,8 +100,9 @@ def ceiling_of(tables: Tables, origin: str | None = None, copy_gb_s: float = NAN
         environment = tables.frame("environment")
     except MissingData:
         environment = None
-    found = read_ceiling(environment, origin or tables.origin or "", backend, copy_gb_s,
-                         copy_source)
+    where = origin or tables.origin or ""
+    found = read_ceiling(environment, where, backend, copy_gb_s, copy_source,
+                         fastest_kernel_read(tables.frames, where))
     if not found.gb_s > 0:
         raise MissingData(f"no read ceiling or copy bandwidth for {origin or tables.origin} "
                           "(no data yet for table `environment` or the run's own copy)")

@@ -96,7 +96,7 @@ def _paged_model(tables: Tables) -> pd.DataFrame:
         environment = tables.frame("environment")
     except MissingData:
         environment = None
-    return with_ceiling(frame, environment)
+    return with_ceiling(frame, environment, tables.frames)
 
 
 def _model_row(tables: Tables, mode: str, h: Headline) -> pd.Series:

@@ -4,11 +4,14 @@ A decode step reads its weights and its K/V and writes a few KB: its bytes are r
 copy bandwidth (``d2d_copy_bandwidth``, ``memory_copy_bandwidth``) counts a read and a write
 of every byte, so a read-only stream can run faster than it (04a's lm_head gemv and its K/V
 reads at long context do): a floor at the copy bandwidth is no floor. The read ceiling
-(``read_bandwidth``, ``memory_read_bandwidth``: a reduction over the same bytes) is; where an
+(``read_bandwidth``, ``memory_read_bandwidth``: the fastest read-only stream phase 0 times,
+``env.read_stream``) is; where an
 origin has both, the higher of the two is the ceiling (a reduction that is not yet at the
-memory's limit must not make the floor looser than the copy already shows). Where an origin
-has no read ceiling (tables measured before it existed), the copy bandwidth stands in and the
-caveat says so, with the command that measures it.
+memory's limit must not make the floor looser than the copy already shows), and where a kernel
+of the origin's model tables read faster still (the LM head's gemv can beat a reduction),
+that kernel's rate is (:func:`fastest_kernel_read`): no kernel on the page beats its floor.
+Where an origin has no read ceiling (tables measured before it existed), the copy bandwidth
+stands in and the caveat says so, with the command that measures it.
 
 Pandas only, no torch: every function takes the ``environment`` table as ``load_table``
 returns it (an ``origin`` column), or None.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pandas as pd
@@ -65,6 +69,36 @@ def _value(environment: pd.DataFrame | None, origin: str, quantity: str
         else (math.nan, "")
 
 
+# Tables whose rows are a kernel's measured read rate (GB/s of bytes read): the model's matmul
+# candidates over their weights, attention (ours and its peers) over its K/V.
+KERNEL_READS = {"paged_model_linear": "weight_gb_s", "paged_attention": "kv_gb_s"}
+_ROW_KEYS = ("impl", "candidate", "n", "k", "batch", "context")
+
+
+def fastest_kernel_read(frames: Mapping[str, pd.DataFrame | None] | None, origin: str
+                        ) -> tuple[float, str]:
+    """The fastest read any kernel of ``origin`` reached in the model's tables
+    (:data:`KERNEL_READS`; frames as ``load_table`` returns them), and the row it is: (NaN, "")
+    where none is known. A read stream that a kernel on the page beats is no ceiling, so
+    :func:`read_ceiling` takes this where it is faster."""
+    where = environment_origin(origin)
+    best, source = math.nan, ""
+    for table, column in KERNEL_READS.items():
+        frame = (frames or {}).get(table)
+        if frame is None or frame.empty or column not in frame:
+            continue
+        rows = frame[frame["origin"] == where] if "origin" in frame else frame
+        rows = rows[rows[column] > 0]
+        if rows.empty:
+            continue
+        top = rows.loc[rows[column].idxmax()]
+        if not float(top[column]) <= best:  # NaN-safe: the first found, then the faster
+            best = float(top[column])
+            keys = ", ".join(f"{k}={top[k]}" for k in _ROW_KEYS if k in top.index)
+            source = f"{table}[origin={where}, {keys}]"
+    return best, source
+
+
 def fallback_caveat(origin: str, device: str = "h200") -> str:
     return (f"no read ceiling measured for {origin} yet: the copy bandwidth, which counts a read "
             "and a write of every byte, stands in, and a read-only kernel can beat it; measure "
@@ -72,11 +106,25 @@ def fallback_caveat(origin: str, device: str = "h200") -> str:
 
 
 def read_ceiling(environment: pd.DataFrame | None, origin: str, backend: str = "cuda",
-                 copy_gb_s: float = math.nan, copy_source: str = "") -> Ceiling:
+                 copy_gb_s: float = math.nan, copy_source: str = "",
+                 kernel_read: tuple[float, str] = (math.nan, "")) -> Ceiling:
     """The ceiling of read-dominated work on ``origin``: its read ceiling (the higher of it and
     its copy bandwidth) where measured, else the copy bandwidth (``copy_gb_s``, e.g. the one a
-    run measured itself, else the environment table's) with the caveat. NaN where neither is
-    known."""
+    run measured itself, else the environment table's) with the caveat; ``kernel_read``
+    (:func:`fastest_kernel_read`: a kernel's measured read and its row) where that is faster,
+    so that no kernel on the page beats its floor. NaN where nothing is known."""
+    found = _stream_ceiling(environment, origin, backend, copy_gb_s, copy_source)
+    fastest, source = kernel_read
+    if fastest > found.gb_s or (fastest > 0 and not found.gb_s > 0):
+        below = (f"; above the {found.name} measured ({found.gb_s:,.0f} GB/s, {found.source})"
+                 if found.gb_s > 0 else "")
+        return Ceiling(fastest, "read ceiling", f"the fastest kernel read measured, {source}"
+                       + below)
+    return found
+
+
+def _stream_ceiling(environment: pd.DataFrame | None, origin: str, backend: str,
+                    copy_gb_s: float, copy_source: str) -> Ceiling:
     where = environment_origin(origin)
     backend = "cpu" if backend == "cpu" else "cuda"
     read, read_src = _value(environment, where, READ[backend])

@@ -2,7 +2,8 @@
 read-dominated work can reach.
 
 A decode step reads its weights and its K/V and writes a few KB: its floor is its bytes at the
-read ceiling of its origin's ``environment`` table (:func:`decodelab.env.ceilings.read_ceiling`).
+read ceiling of its origin's ``environment`` table, or the fastest read a kernel of the
+origin's model tables reached where that is faster (:func:`decodelab.env.ceilings.read_ceiling`).
 Where the origin has none (tables measured before it existed), the copy bandwidth the run
 measured itself stands in; a read-only kernel can beat that floor, and ``ceiling_caveat`` says
 so. Pandas only, no torch.
@@ -11,16 +12,19 @@ so. Pandas only, no torch.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import pandas as pd
 
 
-def with_ceiling(pm: pd.DataFrame, environment: pd.DataFrame | None) -> pd.DataFrame:
+def with_ceiling(pm: pd.DataFrame, environment: pd.DataFrame | None,
+                 kernel_tables: Mapping[str, pd.DataFrame | None] | None = None) -> pd.DataFrame:
     """Table ``paged_model`` with, per origin, the bandwidth its floors use (``floor_gb_s``:
-    the read ceiling of its environment table, else its run's copy bandwidth), its name
-    (``ceiling``), the caveat where the copy bandwidth stands in (``ceiling_caveat``), and
-    ``roofline_fraction`` recomputed at that bandwidth."""
-    from decodelab.env.ceilings import read_ceiling
+    the read ceiling of its environment table, or the fastest read of a kernel in
+    ``kernel_tables`` where faster, else its run's copy bandwidth), its name (``ceiling``), the
+    caveat where the copy bandwidth stands in (``ceiling_caveat``), and ``roofline_fraction``
+    recomputed at that bandwidth."""
+    from decodelab.env.ceilings import fastest_kernel_read, read_ceiling
 
     pm = (pm if "origin" in pm else pm.assign(origin="local")).copy()
     for col, value in (("floor_gb_s", math.nan), ("ceiling", ""), ("ceiling_caveat", "")):
@@ -28,7 +32,8 @@ def with_ceiling(pm: pd.DataFrame, environment: pd.DataFrame | None) -> pd.DataF
     for origin, rows in pm.groupby("origin", sort=False):
         device = str(rows["device"].iloc[0]) if "device" in rows else "cuda"
         found = read_ceiling(environment, str(origin), device, float(rows["copy_gb_s"].median()),
-                             f"paged_model[origin={origin}] (its run's copy bandwidth)")
+                             f"paged_model[origin={origin}] (its run's copy bandwidth)",
+                             fastest_kernel_read(kernel_tables, str(origin)))
         pm.loc[rows.index, ["floor_gb_s", "ceiling", "ceiling_caveat"]] = \
             [found.gb_s, found.name, found.caveat]
     pm["roofline_fraction"] = floor_ms(pm) / pm["ms_per_step"]
