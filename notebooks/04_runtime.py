@@ -155,6 +155,30 @@ if "runtime_sampler" in tables:
     display(Markdown(nb.sampler_ratios(tables["runtime_sampler"])))
 
 # %% [markdown]
+# ### Every sampler setting, beside FlashInfer
+#
+# The grid bench (table `sampler_grid`, GPU only) times each row kind alone and the mix of
+# all of them: the fused sampler, the plain-torch one, a full `torch.sort` with the same
+# filters and FlashInfer's matching call where it is installed, on the same bf16 logits at
+# every batch and vocabulary, each replayed in a CUDA graph. The table shows batch 128 over
+# Llama-3's 128,256 tokens; `fused / best other` below 1 means the fused sampler is the
+# fastest. Top-p alone is the one setting where it is not: its threshold search walks the
+# nucleus, which on flat logits holds tens of thousands of tokens.
+
+# %%
+grids = nb.load_invariance_tables()
+if "sampler_grid" in grids:
+    for origin, grid in grids["sampler_grid"].groupby("origin", sort=False):
+        display(Markdown(f"**{plots.origin_label(origin)}**, batch 128, vocabulary 128,256 "
+                         "(device µs per call):"))
+        view = nb.sampler_grid_view(grid, 128, 128256)
+        display(show_table(view, units={**dict.fromkeys(view.columns[1:], "us"),
+                                        "fused / best other": "ratio"}))
+else:
+    display(Markdown("No sampler grid is stored yet: `python -m decodelab bench runtime "
+                     "--profile gpu` writes it on a GPU."))
+
+# %% [markdown]
 # ## A workload with Poisson arrivals
 #
 # Requests arrive at random (exponential gaps), with prompts and output lengths drawn from a
@@ -192,10 +216,12 @@ if "runtime_errors" in tables:
 # offline run's request rate, submitted by the bench's own loop at their arrival times
 # (open loop: a slow engine does not slow the arrivals down). On a GPU this is Llama-3.2-1B in
 # `dtype` with 256 rows and a KV cache sized from the free memory; on a CPU the tiny model on
-# smaller workloads of the same shape. Each runs on two engines, one line of the bench's
-# config apart: `engine` prefills whole prompts, `chunked` splits them into chunks that fill
-# the step's token budget left by the decode rows (`EngineConfig.chunked_prefill`); both
-# sweeps run at the same offered rates (fractions of the first one's offline rate). Every run is compared with **its own floor**: for each
+# smaller workloads of the same shape. Each runs on engines one line of the bench's config
+# apart: `engine` prefills whole prompts, `chunked` splits them into chunks that fill the
+# step's token budget left by the decode rows (`EngineConfig.chunked_prefill`), and on a GPU
+# `invariant` is `chunked` on the batch-invariant model (its section below; not on the long
+# prompts, whose prefill it would read a prompt's prefix once per 16 tokens for); every sweep
+# runs at the same offered rates (fractions of the first one's offline rate). Every run is compared with **its own floor**: for each
 # of its steps, the weights and K/V it read at the measured bandwidth, or its FLOPs at the
 # measured matmul rate where those take longer, summed over the run's steps.
 
@@ -275,10 +301,26 @@ if "serve_online" in serve:
 # row's draw does not depend on the batch either. **Guaranteed**: identical tokens for
 # identical logits — tested with the tiny model on CPU in fp32, where the forward pass is
 # row-independent, alone and in different batch mixes, with and without preemption.
-# **Not guaranteed on a GPU**: the forward pass itself is not batch-invariant there (a
-# different batch bucket runs other matrix-multiply tiles, and recompute after preemption
-# runs prefill instead of decode kernels), so logits can differ in the last bits and a near
-# tie can then pick another token; making that exact needs batch-invariant kernels.
+# **Not guaranteed on a GPU by default**: the forward pass itself is not batch-invariant
+# there (a different batch bucket runs other matrix-multiply tiles, and recompute after
+# preemption runs prefill instead of decode kernels), so logits can differ in the last bits
+# and a near tie can then pick another token.
+#
+# ### The batch-invariant switch
+#
+# `PagedLlama(..., batch_invariant=True)` with `EngineConfig(batch_invariant=True)` runs every
+# reduction in one order whatever the batch: one matmul kernel and tile per weight for every
+# row count (no cuBLAS, no split K), attention in fixed 256-position splits merged in order,
+# prefill and decode attention in one kernel, so a request's tokens depend on its prompt,
+# parameters and seed alone. Its checks (table `batch_invariance`): a probe's logits alone and
+# at a random row of batches of 1 to 256, in every graph bucket, from one prefill, two chunks
+# and a decode step; 64 requests of 256 tokens served alone and together with preemption. Its
+# cost (table `batch_invariance_cost`): the decode step's graph replay and one prompt's
+# prefill, invariant against default kernels. The serving chapter above has its cost end to
+# end (the `invariant` variant).
+
+# %%
+display(Markdown(nb.invariance_summary(grids)))
 #
 # ## Problems this engine handles (the runtime page's table)
 #

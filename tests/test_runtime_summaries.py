@@ -1,0 +1,47 @@
+"""Notebook 04_runtime's summaries of the GPU-only tables (batch invariance, the sampler grid),
+on small frames of the tables' shape and on the shipped H200 reference."""
+
+import pandas as pd
+
+from decodelab.engine import notebook as nb
+
+
+def _checks(origin: str, identical: int) -> pd.DataFrame:
+    return pd.DataFrame({"origin": origin, "check": ["decode_alone_vs_batch", "engine_tokens"],
+                         "batch": [1, 64], "compared": [1, 64], "identical": [1, identical],
+                         "model": "llama-3.2-1b", "dtype": "bfloat16"})
+
+
+def test_the_invariance_summary_counts_identical_outputs_and_prices_the_switch():
+    cost = pd.DataFrame({"origin": "local", "step": ["decode", "decode", "prefill"],
+                         "batch": [1, 8, 1], "context": [512, 512, 2048],
+                         "ratio": [1.5, 1.25, 1.75]})
+    text = nb.invariance_summary({"batch_invariance": pd.concat(
+        [_checks("local", 60), _checks("reference/h200", 64)]), "batch_invariance_cost": cost})
+    mine, ref = text.splitlines()
+    assert "**61 of 65**" in mine and "`engine_tokens` 60/64" in mine
+    assert "decode 1.25-1.50x (batch 1-8, context 512)" in mine
+    assert "prefill 1.75-1.75x (prompts of 2,048 tokens)" in mine
+    assert "**65 of 65**" in ref and "Cost" not in ref  # no cost rows for that origin
+    assert "No batch-invariance results" in nb.invariance_summary({})
+
+
+def test_the_sampler_grid_view_ranks_the_fused_sampler_against_the_fastest_other():
+    grid = pd.DataFrame({"kind": ["plain"] * 3 + ["p0.9"] * 3 + ["plain"],
+                         "sampler": ["fused", "torch", "flashinfer"] * 2 + ["fused"],
+                         "batch": [128] * 6 + [8], "vocab": [128256] * 7,
+                         "device_us": [40.0, 3000.0, 150.0, 360.0, 3100.0, 270.0, 9.0]})
+    view = nb.sampler_grid_view(grid, 128, 128256).set_index("kind")
+    assert view.loc["plain", "fused / best other"] == 40.0 / 150.0
+    assert view.loc["p0.9", "fused / best other"] == 360.0 / 270.0
+    assert list(view.index) == ["plain", "p0.9"]
+
+
+def test_the_shipped_h200_tables_summarise():
+    tables = nb.load_invariance_tables()
+    text = nb.invariance_summary(tables)
+    assert "H200" in text and "the same bits" in text and "Cost" in text
+    grid = tables["sampler_grid"]
+    view = nb.sampler_grid_view(grid[grid["origin"] == "reference/h200"], 128, 128256)
+    assert {"fused", "flashinfer", "fused / best other"} <= set(view.columns)
+    assert len(view) == grid["kind"].nunique()
