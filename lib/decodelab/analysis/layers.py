@@ -49,8 +49,11 @@ SHOWN_LAYERS = ("dispatch", "replay", "node", "orchestration", "comm", *COMPUTE_
 REGIMES = ("eager", "graph", "multi-step graph", "persistent kernel", "runtime loop",
            "transformer decode, eager", "transformer decode", "tensor parallel")
 HEADLINE_REFERENCE = "h200"  # the shipped reference the README's figure is computed from
+# paged_model_linear and paged_attention: the kernel reads a floor's ceiling must not be below
+# (env.ceilings.fastest_kernel_read)
 TABLES = ("dispatch", "replay_nodes", "replay_multistep", "persistent", "paged_model",
-          "paged_model_kernels", "runtime", "runtime_requests", "tp", "environment")
+          "paged_model_kernels", "paged_model_linear", "paged_attention", "runtime",
+          "runtime_requests", "tp", "environment")
 # Tables measured on several GPUs of one host: the reference ``h200`` keeps them in
 # ``data/reference/h200x<n>/`` (the Makefile's bench-gpu-tp names the folder so).
 MULTI_GPU_TABLES = ("tp",)
