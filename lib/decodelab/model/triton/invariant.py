@@ -81,10 +81,10 @@ def matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 @triton.jit
 def _attn_rows_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, qs_ptr, starts_ptr, ctx_ptr, m_ptr,
-                      l_ptr, acc_ptr, scale_log2, per_chunk, stride_qt, stride_qh, stride_kb,
-                      stride_kh, stride_kt, stride_bt, G: tl.constexpr, GPOW: tl.constexpr,
-                      ROWS: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, TILE: tl.constexpr,
-                      SPLITS: tl.constexpr, SPLIT: tl.constexpr, STAGES: tl.constexpr,
+                      l_ptr, acc_ptr, scale_log2, per_chunk, splits, stride_qt, stride_qh,
+                      stride_kb, stride_kh, stride_kt, stride_bt, G: tl.constexpr,
+                      GPOW: tl.constexpr, ROWS: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
+                      TILE: tl.constexpr, SPLIT: tl.constexpr, STAGES: tl.constexpr,
                       PRECISION: tl.constexpr, DECODE: tl.constexpr):
     """One program per (block of query tokens of one sequence, KV head, split): ROWS rows, the
     GQA group of each of ROWS // GPOW tokens, walk the split's positions in TILE tiles and
@@ -93,7 +93,9 @@ def _attn_rows_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, qs_ptr, starts_ptr,
     context is masked to -inf, so a tile the row does not need adds exact zeros). DECODE:
     block b is token b over table row b, context lens[b]; else block b is part b % per_chunk
     of chunk b // per_chunk (its tokens query_starts[c] + ..., contexts starts[c] + j + 1),
-    and each token's context is written to ctx for the merge."""
+    and each token's context is written to ctx for the merge. ``splits`` (the partials' row
+    length) is a run-time value: a prefill pack's table width changes with its longest
+    context, and a compile-time one would compile the kernel again for every 256 positions."""
     blk = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -145,7 +147,7 @@ def _attn_rows_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, qs_ptr, starts_ptr,
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
     H = tl.num_programs(1) * G
-    part = (token.to(tl.int64) * H + heads) * SPLITS + split
+    part = (token.to(tl.int64) * H + heads) * splits + split
     used = rmask & (start < ctx)
     tl.store(m_ptr + part, m_i, mask=used)
     tl.store(l_ptr + part, l_i, mask=used)
@@ -153,16 +155,15 @@ def _attn_rows_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, qs_ptr, starts_ptr,
 
 
 @triton.jit
-def _merge_splits_in_order_kernel(m_ptr, l_ptr, acc_ptr, lens_ptr, out_ptr, stride_ob,
-                                  stride_oh, D: tl.constexpr, SPLITS: tl.constexpr,
-                                  SPLIT: tl.constexpr):
+def _merge_splits_in_order_kernel(m_ptr, l_ptr, acc_ptr, lens_ptr, out_ptr, splits, stride_ob,
+                                  stride_oh, D: tl.constexpr, SPLIT: tl.constexpr):
     """One program per (row, head): the row's used splits (ceil(context / SPLIT)) merged in
     split order, starting from the first (no zero added for an unused one)."""
     b = tl.program_id(0)
     h = tl.program_id(1)
     H = tl.num_programs(1)
     d = tl.arange(0, D)
-    base = (b.to(tl.int64) * H + h) * SPLITS
+    base = (b.to(tl.int64) * H + h) * splits
     used = tl.maximum(tl.cdiv(tl.load(lens_ptr + b), SPLIT), 1)
     m_max = tl.load(m_ptr + base)
     for s in range(1, used):
@@ -209,14 +210,14 @@ def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     _attn_rows_kernel[(blocks, hkv, splits)](
         q, k_cache, v_cache, block_tables, ctx, query_starts if not decode else ctx,
         starts if not decode else ctx, ctx, m, lsum, acc, scale * 1.4426950408889634, per_chunk,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        block_tables.stride(0), G=group, GPOW=gpow, ROWS=ROWS, D=d, BS=bs, TILE=launch.tile,
-        SPLITS=splits, SPLIT=SPLIT, STAGES=launch.stages,
+        splits, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
+        k_cache.stride(2), block_tables.stride(0), G=group, GPOW=gpow, ROWS=ROWS, D=d, BS=bs,
+        TILE=launch.tile, SPLIT=SPLIT, STAGES=launch.stages,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", DECODE=decode,
         num_warps=launch.warps)
     out = torch.empty((t, h, d), dtype=q.dtype, device=q.device)
-    _merge_splits_in_order_kernel[(t, h)](m, lsum, acc, ctx, out, out.stride(0), out.stride(1),
-                                          D=d, SPLITS=splits, SPLIT=SPLIT, num_warps=1)
+    _merge_splits_in_order_kernel[(t, h)](m, lsum, acc, ctx, out, splits, out.stride(0),
+                                          out.stride(1), D=d, SPLIT=SPLIT, num_warps=1)
     return out
 
 
