@@ -46,6 +46,7 @@ from IPython.display import Markdown, display
 
 from decodelab import plots
 from decodelab.engine import notebook as nb
+from decodelab.engine import notebook_gpu
 from decodelab.engine.notebook import NotebookParams
 from decodelab.plots import runtime as figs
 from decodelab.plots import serving, show_table
@@ -166,12 +167,12 @@ if "runtime_sampler" in tables:
 # nucleus, which on flat logits holds tens of thousands of tokens.
 
 # %%
-grids = nb.load_invariance_tables()
+grids = notebook_gpu.load_tables()
 if "sampler_grid" in grids:
     for origin, grid in grids["sampler_grid"].groupby("origin", sort=False):
         display(Markdown(f"**{plots.origin_label(origin)}**, batch 128, vocabulary 128,256 "
                          "(device µs per call):"))
-        view = nb.sampler_grid_view(grid, 128, 128256)
+        view = notebook_gpu.sampler_grid_view(grid, 128, 128256)
         display(show_table(view, units={**dict.fromkeys(view.columns[1:], "us"),
                                         "fused / best other": "ratio"}))
 else:
@@ -320,7 +321,7 @@ if "serve_online" in serve:
 # end (the `invariant` variant).
 
 # %%
-display(Markdown(nb.invariance_summary(grids)))
+display(Markdown(notebook_gpu.invariance_summary(grids)))
 #
 # ## Problems this engine handles (the runtime page's table)
 #

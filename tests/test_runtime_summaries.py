@@ -3,7 +3,7 @@ on small frames of the tables' shape and on the shipped H200 reference."""
 
 import pandas as pd
 
-from decodelab.engine import notebook as nb
+from decodelab.engine import notebook_gpu as nb
 
 
 def _checks(origin: str, identical: int) -> pd.DataFrame:
@@ -38,7 +38,7 @@ def test_the_sampler_grid_view_ranks_the_fused_sampler_against_the_fastest_other
 
 
 def test_the_shipped_h200_tables_summarise():
-    tables = nb.load_invariance_tables()
+    tables = nb.load_tables()
     text = nb.invariance_summary(tables)
     assert "H200" in text and "the same bits" in text and "Cost" in text
     grid = tables["sampler_grid"]

@@ -16,9 +16,9 @@ the largest difference seen, 0 where every compared value is the same bits):
   sampling: requests whose tokens are identical; the batched run's preemptions in
   ``detail``.
 
-Cost (``batch_invariance_cost``): the decode step's device time per graph replay at each
-batch and context, and one prompt's eager prefill at each length (``step``), the default
-kernels against the invariant ones (``ratio``).
+Cost (``batch_invariance_cost``, :mod:`.invariance_cost`): the decode step's device time per
+graph replay at each batch and context, and one prompt's eager prefill at each length
+(``step``), the default kernels against the invariant ones (``ratio``).
 """
 
 from __future__ import annotations
@@ -31,48 +31,16 @@ from pathlib import Path
 import torch
 
 from decodelab.core.results import stamped, write_table
-from decodelab.core.timing import time_graph_replays
-from decodelab.core.validate import check_int, check_int_list
+from decodelab.engine.bench.invariance_config import NAN, InvarianceConfig, build_model
+from decodelab.engine.bench.invariance_cost import step_costs
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.engine import Engine
 from decodelab.engine.requests import Request, SamplingParams
-from decodelab.model.config import named_config
 from decodelab.model.graphs import DecodeGraphs
-from decodelab.model.kv_cache import PagedKVCache, slots_at
+from decodelab.model.kv_cache import slots_at
 from decodelab.model.llama import PagedLlama
-from decodelab.model.weights import random_weights
 
-NAN = float("nan")
 GRAPH_BUCKETS = (1, 8, 32, 128)  # below the largest batch, which is a bucket too
-
-
-@dataclass(frozen=True, slots=True)
-class InvarianceConfig:
-    model: str = "llama-3.2-1b"
-    check_layers: int = 2  # layers of the checks' model (the cost runs every layer)
-    dtype: str = "bfloat16"
-    block_size: int = 16
-    batches: tuple[int, ...] = (1, 2, 7, 8, 31, 32, 100, 128, 255, 256)
-    probe_context: int = 700
-    max_context: int = 4096
-    engine_requests: int = 64
-    engine_tokens: int = 256
-    cost_batches: tuple[int, ...] = (1, 8, 32, 128)
-    cost_contexts: tuple[int, ...] = (512, 4096)
-    cost_prompts: tuple[int, ...] = (512, 2048)  # prompt lengths of the prefill costs
-    replays: int = 20
-
-    def __post_init__(self) -> None:
-        own = "InvarianceConfig"
-        check_int(own, "check_layers", self.check_layers, 1)
-        check_int_list(own, "batches", self.batches, 1, 4096)
-        check_int_list(own, "cost_batches", self.cost_batches, 1, 4096)
-        check_int_list(own, "cost_contexts", self.cost_contexts, 1, self.max_context)
-        check_int_list(own, "cost_prompts", self.cost_prompts, 1, self.max_context)
-        check_int(own, "probe_context", self.probe_context, 2, self.max_context)
-        check_int(own, "engine_requests", self.engine_requests, 1)
-        check_int(own, "engine_tokens", self.engine_tokens, 1)
-        check_int(own, "replays", self.replays, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,29 +54,6 @@ class InvarianceRow:
     model: str = ""
     dtype: str = ""
     bench_s: float = NAN
-
-
-@dataclass(frozen=True, slots=True)
-class InvarianceCostRow:
-    step: str  # "decode": a decode step of ``batch`` rows; "prefill": one prompt of ``context``
-    batch: int
-    context: int
-    default_us: float  # the step's device time (decode: graph replay), default kernels
-    invariant_us: float
-    ratio: float  # invariant / default
-    model: str = ""
-    dtype: str = ""
-    bench_s: float = NAN
-
-
-def build_model(cfg: InvarianceConfig, layers: int | None, invariant: bool, blocks: int,
-                device: str = "cuda") -> PagedLlama:
-    """``cfg.model`` (with ``layers`` layers; None: all) over a pool of ``blocks`` blocks."""
-    mcfg = named_config(cfg.model, **({"num_layers": layers} if layers else {}))
-    dtype, dev = getattr(torch, cfg.dtype), torch.device(device)
-    cache = PagedKVCache(mcfg, blocks, cfg.block_size, dtype=dtype, device=dev)
-    return PagedLlama(mcfg, random_weights(mcfg, 0, dtype=dtype, device=dev), cache,
-                      batch_invariant=invariant)
 
 
 def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -232,69 +177,6 @@ def engine_checks(cfg: InvarianceConfig, model: PagedLlama) -> list[InvarianceRo
                                   f"{cfg.engine_tokens} tokens, {preempted} preemptions "
                                   f"together; first differing token {first[:5]}"))
     return rows
-
-
-def _prefill_us(model: PagedLlama, prompt: list[int], table: list[int], reps: int) -> float:
-    """Median device time of one eager prefill of ``prompt`` (after two warm-up calls)."""
-    times = []
-    for i in range(reps + 2):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        model.prefill([prompt], [table])
-        end.record()
-        end.synchronize()
-        if i >= 2:
-            times.append(start.elapsed_time(end) * 1e3)
-    return sorted(times)[len(times) // 2]
-
-
-def step_costs(cfg: InvarianceConfig) -> list[InvarianceCostRow]:
-    """The decode step's device time per replay and one prompt's prefill time, default against
-    invariant kernels."""
-    bs = cfg.block_size
-    out = []
-    for context in cfg.cost_contexts:
-        width = -(-context // bs) + 1
-        blocks = max(cfg.cost_batches) * width
-        times = {}
-        for invariant in (False, True):
-            model = build_model(cfg, None, invariant, blocks)
-            model.cache.k.normal_()
-            model.cache.v.normal_()
-            graphs = DecodeGraphs(model, buckets=cfg.cost_batches, max_blocks_per_seq=width)
-            for batch in cfg.cost_batches:
-                tables = [list(range(i * width, (i + 1) * width)) for i in range(batch)]
-                bt = model.cache.block_table_tensor(tables, width=width)
-                pos = torch.full((batch,), context - 1, device=model.device)
-                args = (torch.randint(0, model.config.vocab_size, (batch,), device=model.device),
-                        pos, slots_at(bt, pos, bs), bt, (pos + 1).int())
-                graphs.run(*args)  # stage the inputs; the replays below reuse them
-                graph = graphs.graphs[graphs.bucket_for(batch)]
-                times[invariant, batch] = time_graph_replays(graph, cfg.replays) * 1e6
-            del graphs, model
-            torch.cuda.empty_cache()
-        for batch in cfg.cost_batches:
-            d, i = times[False, batch], times[True, batch]
-            out.append(InvarianceCostRow("decode", batch, context, d, i, i / d))
-            print(f"[bench] batch_invariance: batch {batch} context {context}: {d:.0f} us "
-                  f"default, {i:.0f} us invariant = {i / d:.3f}x", flush=True)
-    rng = random.Random(1)
-    longest = max(cfg.cost_prompts)
-    times = {}
-    for invariant in (False, True):
-        model = build_model(cfg, None, invariant, -(-longest // bs))
-        table = list(range(model.cache.num_blocks))
-        for n in cfg.cost_prompts:
-            prompt = [rng.randrange(model.config.vocab_size) for _ in range(n)]
-            times[invariant, n] = _prefill_us(model, prompt, table, cfg.replays // 4 + 1)
-        del model
-        torch.cuda.empty_cache()
-    for n in cfg.cost_prompts:
-        d, i = times[False, n], times[True, n]
-        out.append(InvarianceCostRow("prefill", 1, n, d, i, i / d))
-        print(f"[bench] batch_invariance: prefill of {n} tokens: {d:.0f} us default, {i:.0f} us "
-              f"invariant = {i / d:.3f}x", flush=True)
-    return out
 
 
 def write_invariance(out_dir: Path, profile: str, cfg: InvarianceConfig | None = None

@@ -1,0 +1,59 @@
+"""Notebook 04_runtime's summaries of the tables only a GPU writes: the batch-invariance checks
+and costs, and the sampler grid (on a CPU machine, the shipped reference's copies)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+TABLES = ("batch_invariance", "batch_invariance_cost", "sampler_grid")
+
+
+def load_tables() -> dict[str, pd.DataFrame]:
+    """Every stored copy of the batch-invariance and sampler-grid tables (GPU only: none on a
+    CPU machine but the shipped reference)."""
+    from decodelab.core.results import stored_tables
+
+    return stored_tables(TABLES)
+
+
+def invariance_summary(tables: dict[str, pd.DataFrame]) -> str:
+    """Markdown, one line per origin: how many compared outputs were the same bits under the
+    batch-invariant switch, by check, and what the switch costs (invariant / default)."""
+    from decodelab.core.results import origin_label
+
+    checks, cost = tables.get("batch_invariance"), tables.get("batch_invariance_cost")
+    if checks is None:
+        return ("No batch-invariance results are stored yet: `python -m decodelab bench runtime "
+                "--profile gpu` writes them on a GPU.")
+    lines = []
+    for origin, sel in checks.groupby("origin", sort=False):
+        by_check = ", ".join(f"`{c}` {g['identical'].sum()}/{g['compared'].sum()}"
+                             for c, g in sel.groupby("check", sort=False))
+        line = (f"- **{origin_label(origin)}**, {sel['model'].iloc[0]} {sel['dtype'].iloc[0]}: "
+                f"**{sel['identical'].sum()} of {sel['compared'].sum()}** compared outputs "
+                f"the same bits ({by_check}), batches {sel['batch'].min()}-"
+                f"{sel['batch'].max()}.")
+        mine = None if cost is None else cost[cost["origin"] == origin]
+        if mine is not None and not mine.empty:
+            line += " Cost, invariant / default kernels: " + "; ".join(
+                f"{step} {g['ratio'].min():.2f}-{g['ratio'].max():.2f}x "
+                f"({_points(step, g)})" for step, g in mine.groupby("step", sort=False)) + "."
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _points(step: str, rows: pd.DataFrame) -> str:
+    if step == "prefill":
+        return "prompts of " + ", ".join(f"{c:,}" for c in rows["context"]) + " tokens"
+    return (f"batch {rows['batch'].min()}-{rows['batch'].max()}, context "
+            + " and ".join(f"{c:,}" for c in sorted(rows["context"].unique())))
+
+
+def sampler_grid_view(grid: pd.DataFrame, batch: int, vocab: int) -> pd.DataFrame:
+    """Per setting (``kind``) at one batch and vocabulary, each sampler's device time (µs) and
+    the fused sampler against the fastest other one (``fused / best other``)."""
+    sel = grid[(grid["batch"] == batch) & (grid["vocab"] == vocab)]
+    wide = sel.pivot_table(index="kind", columns="sampler", values="device_us", sort=False)
+    others = wide.drop(columns="fused")
+    view = wide.assign(**{"fused / best other": wide["fused"] / others.min(axis=1)})
+    return view.reset_index()
