@@ -292,6 +292,22 @@ def test_smoke_runs_served_their_workloads(smoke):
     assert runs[["ttft_p50_ms", "tpot_p50_ms", "itl_p50_ms"]].notna().all().all()
 
 
+def test_a_short_prompts_only_variant_skips_the_long_prompts(monkeypatch, tmp_path):
+    """The invariant variant's rule (serve_config.SHORT_PROMPTS_ONLY), tried on the smoke
+    profile's chunked variant: its offline workload and online sweep run, its long prompts do
+    not; the other variant serves both."""
+    from decodelab.core.results import load_table
+    from decodelab.engine.bench import serve
+
+    monkeypatch.setattr(serve, "SHORT_PROMPTS_ONLY", ("chunked",))
+    serve.bench("smoke", tmp_path)
+    offline = load_table("serve_offline", reference=tmp_path / "none", local=tmp_path)
+    runs = offline.groupby("variant", sort=False)["run"].apply(list).to_dict()
+    assert runs == {"engine": ["offline", "long_prompts"], "chunked": ["offline"]}
+    online = load_table("serve_online", reference=tmp_path / "none", local=tmp_path)
+    assert set(online["variant"]) == {"engine", "chunked"}
+
+
 def test_smoke_steps_add_up_to_their_runs(smoke):
     """What the taps saw is what the workloads asked for: every prompt token prefilled once,
     every token after a request's first decoded once (no preemption at these sizes), each
