@@ -12,8 +12,6 @@ the same size is a candidate too (a decode step's floor must not sit below its o
 
 from __future__ import annotations
 
-from statistics import median
-
 import torch
 import triton
 import triton.language as tl
@@ -73,7 +71,7 @@ def _fastest_sum(n_bytes: int, cfg: TimingConfig) -> tuple[Timing, int, str]:
                                f"programs) summed {got.item()}, torch.sum {out.item()}")
         t = time_cuda(lambda b=block, w=warps, p=programs: stream_sum(src, b, w, p, partial),
                       cfg)
-        if median(t.device) < median(best[0].device):
+        if t.device_stats().median < best[0].device_stats().median:
             best = (t, f"Triton stream, block {block}, {warps} warps, {programs} programs")
     return best[0], n * 4, best[1]
 
@@ -96,7 +94,8 @@ def _faster_gemv(n_bytes: int, cfg: TimingConfig, best: tuple[Timing, str]
         if not torch.allclose(got, ref, rtol=2e-2, atol=2e-2):
             raise RuntimeError(f"gemv tile {tile} disagrees with torch.matmul")
         t = time_cuda(lambda tile=tile: gemv(x, w, tile), cfg)
-        if median(t.device) / (w.numel() * 2) < median(timing.device) / nbytes:  # s per byte
+        if (t.device_stats().median / (w.numel() * 2)  # seconds per byte
+                < timing.device_stats().median / nbytes):
             timing, how = t, f"the model's batch-1 gemv, {w.shape[0]}x{k} bf16, tile {tile}"
             nbytes = w.numel() * 2
     return timing, nbytes, how

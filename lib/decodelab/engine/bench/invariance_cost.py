@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from decodelab.core.timing import time_graph_replays
+from decodelab.core.timing import TimingConfig, time_cuda, time_graph_replays
 from decodelab.engine.bench.invariance_config import NAN, InvarianceConfig, build_model
 from decodelab.model.graphs import DecodeGraphs
 from decodelab.model.kv_cache import slots_at
@@ -33,16 +33,8 @@ class InvarianceCostRow:
 
 def _prefill_us(model: PagedLlama, prompt: list[int], table: list[int], reps: int) -> float:
     """Median device time of one eager prefill of ``prompt`` (after two warm-up calls)."""
-    times = []
-    for i in range(reps + 2):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        model.prefill([prompt], [table])
-        end.record()
-        end.synchronize()
-        if i >= 2:
-            times.append(start.elapsed_time(end) * 1e3)
-    return sorted(times)[len(times) // 2]
+    timing = time_cuda(lambda: model.prefill([prompt], [table]), TimingConfig(2, reps, 1))
+    return timing.device_stats().median * 1e6
 
 
 def step_costs(cfg: InvarianceConfig) -> list[InvarianceCostRow]:

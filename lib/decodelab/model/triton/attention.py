@@ -29,6 +29,34 @@ from decodelab.model.triton.pdl import launch_kw
 
 
 @triton.jit
+def kv_tile(k_head, v_head, bt_row, t, tmask, d, stride_kb, stride_kt, BS: tl.constexpr):
+    """The K and V rows (TILE, D) of context positions ``t`` through a block-table row; masked
+    positions read as zeros (their scores are masked to -inf by the caller)."""
+    blk = tl.load(bt_row + t // BS, mask=tmask, other=0).to(tl.int64)
+    row = blk * stride_kb + (t % BS) * stride_kt  # (TILE,) offset of each position's K/V
+    k = tl.load(k_head + row[:, None] + d[None, :], mask=tmask[:, None], other=0.0)
+    v = tl.load(v_head + row[:, None] + d[None, :], mask=tmask[:, None], other=0.0)
+    return k, v
+
+
+@triton.jit
+def softmax_tile(q, k, v, valid, m_i, l_i, acc, scale_log2, PRECISION: tl.constexpr):
+    """One tile of online softmax: the rows' scores against ``k`` (positions not ``valid``
+    masked to -inf, log2 units), the running max ``m_i``, sum ``l_i`` and ``acc`` rescaled and
+    this tile's p @ v added, fp32. A row that has seen no valid position yet keeps m = -inf
+    and adds zeros (no NaN)."""
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (rows, TILE), fp32 accumulate
+    s = tl.where(valid, s * scale_log2, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_use)
+    p = tl.exp2(s - m_use[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _attn_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, m_ptr, l_ptr, acc_ptr,
                        scale_log2, stride_qb, stride_qh, stride_kb, stride_kh, stride_kt,
                        stride_bt, stride_ob, stride_oh,
@@ -58,18 +86,10 @@ def _attn_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, m_ptr, l_
     for i in tl.range(0, n_tiles, num_stages=STAGES):
         t = start + i * TILE + tl.arange(0, TILE)
         tmask = t < end
-        blk = tl.load(bt_ptr + b * stride_bt + t // BS, mask=tmask, other=0).to(tl.int64)
-        row = blk * stride_kb + (t % BS) * stride_kt  # (TILE,) offset of each position's K/V
-        k = tl.load(kv_head + row[:, None] + d[None, :], mask=tmask[:, None], other=0.0)
-        v = tl.load(v_head + row[:, None] + d[None, :], mask=tmask[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (GP, TILE), fp32 accumulate
-        s = tl.where(tmask[None, :], s * scale_log2, float("-inf"))  # log2 units
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
+        k, v = kv_tile(kv_head, v_head, bt_ptr + b * stride_bt, t, tmask, d, stride_kb,
+                       stride_kt, BS)
+        m_i, l_i, acc = softmax_tile(q, k, v, tmask[None, :], m_i, l_i, acc, scale_log2,
+                                     PRECISION)
     if SPLITS == 1:
         o = acc / l_i[:, None]
         tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],

@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from decodelab.model.triton import attention_plan, skinny
+from decodelab.model.triton.attention import kv_tile, softmax_tile
 
 BLOCK_M = 64  # rows per program: the tensor-core M of one warp group on sm_90
 WARPS, STAGES = 4, 4
@@ -133,19 +134,10 @@ def _attn_rows_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, qs_ptr, starts_ptr,
     for i in tl.range(0, n_tiles, num_stages=STAGES):
         t = start + i * TILE + tl.arange(0, TILE)
         tmask = t < last
-        b_id = tl.load(bt_ptr + table * stride_bt + t // BS, mask=tmask, other=0).to(tl.int64)
-        row = b_id * stride_kb + (t % BS) * stride_kt
-        k = tl.load(kv_head + row[:, None] + d[None, :], mask=tmask[:, None], other=0.0)
-        v = tl.load(v_head + row[:, None] + d[None, :], mask=tmask[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (ROWS, TILE), fp32
-        s = tl.where(t[None, :] < end[:, None], s * scale_log2, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing yet: no NaN
-        alpha = tl.exp2(m_i - m_use)
-        p = tl.exp2(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
+        k, v = kv_tile(kv_head, v_head, bt_ptr + table * stride_bt, t, tmask, d, stride_kb,
+                       stride_kt, BS)
+        m_i, l_i, acc = softmax_tile(q, k, v, t[None, :] < end[:, None], m_i, l_i, acc,
+                                     scale_log2, PRECISION)  # past a row's context: masked
     H = tl.num_programs(1) * G
     part = (token.to(tl.int64) * H + heads) * splits + split
     used = rmask & (start < ctx)
