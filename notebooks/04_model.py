@@ -244,11 +244,17 @@ if pm is not None:
             "kv_share_long": "K/V share of bytes, long"}))
     display(Markdown(nb.attention_prose(marginal)))
 if "paged_attention" in tables:
-    display(show_table(tables["paged_attention"], {
+    attn = tables["paged_attention"]
+    if "lens" not in attn:  # tables from before mixed contexts were measured: uniform only
+        attn = attn.assign(lens="uniform")
+    display(show_table(attn, {
         "origin": "source", "impl": "implementation", "batch": "batch", "context": "context",
-        "us_per_layer": "µs per layer", "kv_gb_s": "K/V read (GB/s)", "detail": "detail"},
-        caption="Attention alone, paged against SDPA on a contiguous cache (table "
-                "paged_attention)."))
+        "lens": "contexts", "us_per_layer": "µs per layer", "kv_gb_s": "K/V read (GB/s)",
+        "detail": "detail"},
+        caption="Attention alone (table paged_attention): paged against SDPA on a contiguous "
+                "cache where every row has the context, and, where a serving batch's contexts "
+                "spread from 1 to twice it, against the same kernel without its split cap and "
+                "FlashInfer's paged decode (where installed)."))
 
 # %% [markdown]
 # ## What a graph costs to have

@@ -7,8 +7,11 @@ import pytest
 from decodelab.model.triton.attention_plan import (
     BUSY_PROGRAMS_PER_SM,
     MAX_SPLITS,
+    MERGE_LANES,
     PROGRAMS_PER_SM,
+    grid_splits,
     launch_for,
+    merge_lanes,
     num_splits,
 )
 
@@ -47,3 +50,18 @@ def test_the_tile_narrows_to_fit_shared_memory(row_bytes, shared, tile):
     assert launch_for(sms, sms, row_bytes=row_bytes, shared=shared).tile == tile
     assert launch_for(BUSY_PROGRAMS_PER_SM * sms, sms, row_bytes=row_bytes,
                       shared=shared).tile == min(tile, 64)
+
+
+@pytest.mark.parametrize("splits, positions, chunk, grid", [
+    (32, 512, 512, 32),  # batch 1: the batch's splits
+    (1, 4096, 512, 8),  # batch 128: enough 512-position chunks for a full table
+    (1, 300, 512, 1),
+    (4, 8192, 512, 16),
+])
+def test_the_grid_holds_a_full_table_in_capped_splits(splits, positions, chunk, grid):
+    assert grid_splits(splits, positions, chunk) == grid
+
+
+def test_the_merge_width_comes_from_the_batch_alone():
+    assert merge_lanes(1) == merge_lanes(8) == MERGE_LANES
+    assert merge_lanes(32) == 32

@@ -2,8 +2,7 @@
 test_triton_interpreter.py in a child process with TRITON_INTERPRET=1 (the variable must be set
 before the kernels are defined). fp32, and float16 in ``float16`` (the dtype a T4 runs): the
 interpreter's bf16 dot is not faithful.
-Attention is left out: its loop bound is a loaded value, which the interpreter cannot range
-over; it is checked on the GPU (test_paged_model_gpu.py).
+Decode attention runs here with fp32 caches (bf16 and the tensor cores: test_paged_model_gpu.py).
 
     python tests/triton_interp_checks.py CHECK [CHECK ...]
 """
@@ -136,6 +135,34 @@ def model() -> None:
         assert _rel(got, want) < RTOL, (n, _rel(got, want))
 
 
+def attention() -> None:
+    """Paged decode attention over a shuffled block table, contexts of 1 to 1,500 in one batch
+    at batch 1, 5 and 40 (8, 2 and 1 splits on the interpreter's 8 SMs), with splits capped at
+    the default and at 64 positions (more splits than the merge reads at once): the reference
+    within fp32 rounding, and the same bits in a wider block table (a graph's)."""
+    from decodelab.model.attention import paged_decode_attention_ref
+    from decodelab.model.triton.attention import paged_decode_attention
+    from decodelab.model.triton.attention_plan import LaunchConfig
+
+    gen = torch.Generator().manual_seed(2)
+    hkv, group, d, bs, width = 2, 4, 16, 16, 96
+    blocks = 40 * width
+    k = torch.randn((blocks, hkv, bs, d), generator=gen)
+    v = torch.randn((blocks, hkv, bs, d), generator=gen)
+    for batch in (1, 5, 40):
+        lens = torch.tensor([(1, 1500, 17, 300, 64, 1000, 129)[i % 7] for i in range(batch)],
+                            dtype=torch.int32)
+        tables = torch.randperm(blocks, generator=gen)[:batch * width].view(batch, width).int()
+        wider = torch.cat([tables, tables[:, :32]], dim=1)
+        q = torch.randn((batch, hkv * group, d), generator=gen)
+        ref = paged_decode_attention_ref(q, k, v, tables, lens, d ** -0.5)
+        for launch in (None, LaunchConfig(tile=16, stages=2, warps=1, max_chunk=64)):
+            got = paged_decode_attention(q, k, v, tables, lens, d ** -0.5, launch)
+            assert _rel(got, ref) < RTOL, (batch, launch, _rel(got, ref))
+            assert torch.equal(paged_decode_attention(q, k, v, wider, lens, d ** -0.5, launch),
+                               got), (batch, launch)
+
+
 def float16() -> None:
     """The kernels a T4 runs (``core.precision``: float16 below sm_80) on float16 inputs against
     the float32 reference on the same (rounded) inputs: within float16 rounding. The norm, the
@@ -178,7 +205,7 @@ def float16() -> None:
 # intermediate roundings to the model dtype that the kernels make as the torch ops do
 F16_RTOL = 2e-3
 CHECKS = {"gemv": gemv, "add_norm_gemv": add_norm_gemv, "skinny": skinny, "model": model,
-          "float16": float16}
+          "attention": attention, "float16": float16}
 
 if __name__ == "__main__":
     _scalar_loop_bounds()

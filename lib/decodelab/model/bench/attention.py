@@ -1,16 +1,24 @@
-"""Paged decode attention against its peer, SDPA over a contiguous cache (table ``paged_attention``).
+"""Paged decode attention against its peers (table ``paged_attention``).
 
-For each (batch, context) at a model's attention shapes (heads, KV heads, head dim):
+For each (batch, context) at a model's attention shapes (heads, KV heads, head dim), with
+every row at the context (``lens`` "uniform") and with a serving batch's spread (``lens``
+"mixed": each row's context drawn uniformly from 1 to twice the context, seeded):
 
 - ``paged``: our Triton paged attention over a shuffled block table (K/V read in place);
-- ``sdpa_contiguous``: ``torch.nn.functional.scaled_dot_product_attention`` over a contiguous
-  (B, Hkv, T, D) cache of the same K/V with ``enable_gqa=True``, at its best: every SDPA backend
-  that accepts the shapes is timed and the fastest is kept (its name in ``detail``).
+- ``paged_uncapped`` (mixed rows): the same kernel with splits of any length (the batch's
+  split count only), so the table shows what the split cap of ``attention_plan`` buys;
+- ``sdpa_contiguous`` (uniform rows): ``torch.nn.functional.scaled_dot_product_attention``
+  over a contiguous (B, Hkv, T, D) cache of the same K/V with ``enable_gqa=True``, at its
+  best: every SDPA backend that accepts the shapes is timed and the fastest is kept (its
+  name in ``detail``);
+- ``flashinfer`` (where the optional ``flashinfer`` package is installed): its paged decode
+  wrapper over the same pool and block table, planned for the batch's lengths, with and
+  without its tensor-core kernels (the faster kept).
 
-Both are validated against the gather reference before timing. Each timed call reads another
+All are validated against the gather reference before timing. Each timed call reads another
 layer's K/V (as a decode step does), from enough copies that they do not fit in L2; the calls
 are captured in a CUDA graph and timed by replay, so a short call's launch gap is not counted.
-``kv_gb_s`` = bytes of K and V attended / time per layer.
+``kv_bytes``/``kv_gb_s`` = bytes of K and V attended / time per layer.
 """
 
 from __future__ import annotations
@@ -19,24 +27,26 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from decodelab.core.capture import capture, warm_up
 from decodelab.core.timing import summarize, time_graph_replays
 from decodelab.model.attention import paged_decode_attention_ref
+from decodelab.model.bench import attention_peers
 from decodelab.model.config import ModelConfig
 
 ATTENTION_TABLE = "paged_attention"
 ROTATE_BYTES = 256 << 20  # K/V bytes cycled through per timed call: several times the L2
 MAX_COPIES = 16
 BF16_RTOL = 2e-2  # bf16 inputs, fp32 softmax on both sides
+LENS_KINDS = ("uniform", "mixed")
 
 
 @dataclass(frozen=True, slots=True)
 class AttentionRow:
-    impl: str  # "paged" or "sdpa_contiguous"
+    impl: str  # "paged", "paged_uncapped", "sdpa_contiguous" or "flashinfer"
     batch: int
-    context: int
+    context: int  # every row's ("uniform"), or the mean of 1..2 x context ("mixed")
+    lens: str
     heads: int
     kv_heads: int
     head_dim: int
@@ -57,18 +67,21 @@ class _Layer:
     k_pool: torch.Tensor  # (num_blocks, Hkv, block_size, D)
     v_pool: torch.Tensor
     block_tables: torch.Tensor  # (B, M) int32, shuffled blocks
-    k: torch.Tensor  # (B, Hkv, T, D) the same K/V, contiguous
-    v: torch.Tensor
+    k: torch.Tensor | None  # (B, Hkv, T, D) the same K/V, contiguous (uniform contexts only)
+    v: torch.Tensor | None
 
 
-def _layer(batch: int, context: int, cfg: ModelConfig, block_size: int, dtype: torch.dtype,
-           gen: torch.Generator) -> _Layer:
+def _layer(bt: torch.Tensor, cfg: ModelConfig, block_size: int, dtype: torch.dtype,
+           gen: torch.Generator, context: int, *, contiguous: bool) -> _Layer:
+    """A pool of the blocks of block table ``bt`` (B, M), a permutation of 0..B*M-1; with
+    ``contiguous``, the same K/V in (B, Hkv, context, D) for SDPA."""
     dev, hkv, d = gen.device, cfg.num_kv_heads, cfg.head_dim
-    width = -(-context // block_size)
+    batch, width = bt.shape
     num_blocks = batch * width
     k_pool = torch.randn((num_blocks, hkv, block_size, d), generator=gen, device=dev).to(dtype)
     v_pool = torch.randn((num_blocks, hkv, block_size, d), generator=gen, device=dev).to(dtype)
-    bt = torch.randperm(num_blocks, generator=gen, device=dev).view(batch, width).int()
+    if not contiguous:
+        return _Layer(k_pool, v_pool, bt, None, None)
     # (B, M, Hkv, bs, D) -> (B, Hkv, M * bs, D), cut to the context: the contiguous peer's cache.
     k = k_pool[bt.long()].permute(0, 2, 1, 3, 4).reshape(batch, hkv, width * block_size, d)
     v = v_pool[bt.long()].permute(0, 2, 1, 3, 4).reshape(batch, hkv, width * block_size, d)
@@ -76,20 +89,12 @@ def _layer(batch: int, context: int, cfg: ModelConfig, block_size: int, dtype: t
                   v[:, :, :context].contiguous())
 
 
-def _sdpa_backends():
-    from torch.nn.attention import SDPBackend
-
-    return {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-            "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
-
-
-def _sdpa(q: torch.Tensor, layer: _Layer, scale: float, backend) -> torch.Tensor:
-    from torch.nn.attention import sdpa_kernel
-
-    with sdpa_kernel([backend]):
-        out = F.scaled_dot_product_attention(q[:, :, None], layer.k, layer.v, scale=scale,
-                                             enable_gqa=True)  # (B, H, 1, D)
-    return out[:, :, 0]
+def context_lens(batch: int, context: int, lens: str, gen: torch.Generator) -> torch.Tensor:
+    """(B,) int32 on the generator's device: every row at ``context`` ("uniform"), or drawn
+    uniformly from 1 to 2 x ``context`` ("mixed", a serving batch's spread)."""
+    if lens == "uniform":
+        return torch.full((batch,), context, dtype=torch.int32, device=gen.device)
+    return torch.randint(1, 2 * context + 1, (batch,), generator=gen, device=gen.device).int()
 
 
 def _rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
@@ -107,55 +112,60 @@ def _timed(fn, layers: list, repeats: int) -> tuple[float, float, float]:
 
 
 def attention_rows(cfg: ModelConfig, batches, contexts, *, block_size: int = 16,
-                   dtype: torch.dtype = torch.bfloat16, repeats: int = 15
-                   ) -> list[AttentionRow]:
-    """Validate, then time paged attention and the SDPA peer at every batch x context (CUDA)."""
-    from decodelab.model.triton.attention import paged_decode_attention
-
+                   dtype: torch.dtype = torch.bfloat16, repeats: int = 15,
+                   lens_kinds: tuple[str, ...] = LENS_KINDS) -> list[AttentionRow]:
+    """Validate, then time paged attention and its peers at every batch x context x lens
+    kind (CUDA)."""
     gen = torch.Generator(device="cuda").manual_seed(0)
     scale = cfg.head_dim ** -0.5
     rows = []
     for batch in batches:
         for context in contexts:
-            kv_bytes = 2 * batch * context * cfg.num_kv_heads * cfg.head_dim * dtype.itemsize
-            copies = max(1, min(MAX_COPIES, math.ceil(ROTATE_BYTES / kv_bytes)))
-            layers = [_layer(batch, context, cfg, block_size, dtype, gen) for _ in range(copies)]
-            q = torch.randn((batch, cfg.num_heads, cfg.head_dim), generator=gen,
-                            device="cuda").to(dtype)
-            lens = torch.full((batch,), context, dtype=torch.int32, device="cuda")
-            first = layers[0]
-            ref = paged_decode_attention_ref(q, first.k_pool, first.v_pool, first.block_tables,
-                                             lens, scale)
+            for lens_kind in lens_kinds:
+                rows += _point(cfg, batch, context, lens_kind, block_size, dtype, repeats,
+                               scale, gen)
+                torch.cuda.empty_cache()
+    return rows
 
-            def paged(layer, q=q, lens=lens):
-                return paged_decode_attention(q, layer.k_pool, layer.v_pool,
-                                              layer.block_tables, lens, scale)
 
-            candidates = {"paged": {"": paged}, "sdpa_contiguous": {
-                name: (lambda layer, q=q, b=backend: _sdpa(q, layer, scale, b))
-                for name, backend in _sdpa_backends().items()}}
-            shape = dict(batch=batch, context=context, heads=cfg.num_heads,
-                         kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
-                         block_size=block_size, kv_bytes=kv_bytes)
-            for impl, variants in candidates.items():
-                best = None
-                for name, fn in variants.items():
-                    try:
-                        err = _rel_err(fn(first), ref)
-                    except RuntimeError:  # this SDPA backend refuses these shapes
-                        continue
-                    if err > BF16_RTOL:
-                        raise AssertionError(f"{impl} {name} attention vs reference at batch "
-                                             f"{batch}, context {context}: {err:.3g}")
-                    us, q1, q3 = _timed(fn, layers, repeats)
-                    if best is None or us < best.us_per_layer:
-                        best = AttentionRow(impl, us_per_layer=us, us_q1=q1, us_q3=q3,
-                                            kv_gb_s=kv_bytes / us / 1e3, max_rel_err=err,
-                                            detail=name, **shape)
-                if best is None:
-                    raise RuntimeError(f"no {impl} variant ran at batch {batch}, context "
-                                       f"{context}")
-                rows.append(best)
-            del layers
-            torch.cuda.empty_cache()
+def _point(cfg: ModelConfig, batch: int, context: int, lens_kind: str, block_size: int,
+           dtype: torch.dtype, repeats: int, scale: float, gen: torch.Generator
+           ) -> list[AttentionRow]:
+    uniform = lens_kind == "uniform"
+    lens = context_lens(batch, context, lens_kind, gen)
+    width = -(-int(lens.max()) // block_size)  # every row's blocks fit
+    bt = torch.randperm(batch * width, generator=gen, device=gen.device).view(batch, width).int()
+    kv_bytes = 2 * int(lens.sum()) * cfg.num_kv_heads * cfg.head_dim * dtype.itemsize
+    copies = max(1, min(MAX_COPIES, math.ceil(ROTATE_BYTES / kv_bytes)))
+    # one block table for every copy (FlashInfer plans once for it); the pools differ
+    layers = [_layer(bt, cfg, block_size, dtype, gen, context, contiguous=uniform)
+              for _ in range(copies)]
+    q = torch.randn((batch, cfg.num_heads, cfg.head_dim), generator=gen,
+                    device=gen.device).to(dtype)
+    first = layers[0]
+    ref = paged_decode_attention_ref(q, first.k_pool, first.v_pool, first.block_tables, lens,
+                                     scale)
+    candidates = attention_peers.candidates(q, lens, scale, layers, uniform=uniform)
+    shape = dict(batch=batch, context=context, lens=lens_kind, heads=cfg.num_heads,
+                 kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, block_size=block_size,
+                 kv_bytes=kv_bytes)
+    rows = []
+    for impl, variants in candidates.items():
+        best = None
+        for name, fn in variants.items():
+            try:
+                err = _rel_err(fn(first), ref)
+            except RuntimeError:  # this SDPA backend refuses these shapes
+                continue
+            if err > BF16_RTOL:
+                raise AssertionError(f"{impl} {name} attention vs reference at batch {batch}, "
+                                     f"context {context} ({lens_kind}): {err:.3g}")
+            us, q1, q3 = _timed(fn, layers, repeats)
+            if best is None or us < best.us_per_layer:
+                best = AttentionRow(impl, us_per_layer=us, us_q1=q1, us_q3=q3,
+                                    kv_gb_s=kv_bytes / us / 1e3, max_rel_err=err,
+                                    detail=name, **shape)
+        if best is None:
+            raise RuntimeError(f"no {impl} variant ran at batch {batch}, context {context}")
+        rows.append(best)
     return rows

@@ -8,7 +8,9 @@ an online softmax (running max, sum) in fp32. The program walks its share
 of the context in tiles of TILE positions: each position's block is looked up in the block
 table, so K and V are read in place from the pool (any block order, a partially filled last
 block, any context length). When (sequence, KV head) pairs are too few to fill the GPU, the
-context is split and a second kernel merges the splits' partial results (flash-decoding).
+context is split, and a long context is cut into splits of at most ``max_chunk`` positions
+whatever the batch (so a serving batch of mixed lengths does not wait on its longest row); a
+second kernel merges a row's splits in order (flash-decoding). Policy: :mod:`.attention_plan`.
 Shapes are static and the context length is read from device memory, so it runs under CUDA
 graphs. Imported lazily: GPU only (or Triton's interpreter).
 
@@ -23,7 +25,13 @@ import torch
 import triton
 import triton.language as tl
 
-from decodelab.model.triton.attention_plan import MIN_GROUP_ROWS, LaunchConfig, plan
+from decodelab.model.triton.attention_plan import (
+    MIN_GROUP_ROWS,
+    LaunchConfig,
+    grid_splits,
+    merge_lanes,
+    plan,
+)
 from decodelab.model.triton.pdl import enter as _pdl_enter
 from decodelab.model.triton.pdl import launch_kw
 
@@ -57,69 +65,95 @@ def softmax_tile(q, k, v, valid, m_i, l_i, acc, scale_log2, PRECISION: tl.conste
 
 
 @triton.jit
+def split_chunk(ctx, SPLITS: tl.constexpr, TILE: tl.constexpr, MAX_CHUNK: tl.constexpr):
+    """(positions per split, splits used) of a row of ``ctx`` positions: ``SPLITS`` chunks of
+    whole tiles, each at most ``MAX_CHUNK``; at least one split, even for an empty row."""
+    chunk = tl.minimum(tl.cdiv(tl.cdiv(ctx, SPLITS), TILE) * TILE, MAX_CHUNK)
+    chunk = tl.maximum(chunk, TILE)
+    return chunk, tl.maximum(tl.cdiv(ctx, chunk), 1)
+
+
+@triton.jit
 def _attn_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, m_ptr, l_ptr, acc_ptr,
                        scale_log2, stride_qb, stride_qh, stride_kb, stride_kh, stride_kt,
                        stride_bt, stride_ob, stride_oh,
                        G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
-                       TILE: tl.constexpr, SPLITS: tl.constexpr,
+                       TILE: tl.constexpr, SPLITS: tl.constexpr, MAX_CHUNK: tl.constexpr,
                        STAGES: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
     _pdl_enter(PDL)  # q and the newest K/V come from the kernel before
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
     ctx = tl.load(lens_ptr + b)
-    chunk = tl.cdiv(tl.cdiv(ctx, SPLITS), TILE) * TILE  # the context shared among the splits
-    start = split * chunk
-    end = tl.minimum(start + chunk, ctx)
-    g = tl.arange(0, GP)
-    d = tl.arange(0, D)
-    heads = kvh * G + g  # (GP,) query heads served by this KV head; rows >= G are padding
-    gmask = g < G
-    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
-                mask=gmask[:, None], other=0.0)  # (GP, D)
-    m_i = tl.full([GP], float("-inf"), tl.float32)
-    l_i = tl.zeros([GP], tl.float32)
-    acc = tl.zeros([GP, D], tl.float32)
-    kv_head = k_ptr + kvh * stride_kh
-    v_head = v_ptr + kvh * stride_kh
-    n_tiles = tl.cdiv(tl.maximum(end - start, 0), TILE)
-    for i in tl.range(0, n_tiles, num_stages=STAGES):
-        t = start + i * TILE + tl.arange(0, TILE)
-        tmask = t < end
-        k, v = kv_tile(kv_head, v_head, bt_ptr + b * stride_bt, t, tmask, d, stride_kb,
-                       stride_kt, BS)
-        m_i, l_i, acc = softmax_tile(q, k, v, tmask[None, :], m_i, l_i, acc, scale_log2,
-                                     PRECISION)
-    if SPLITS == 1:
-        o = acc / l_i[:, None]
-        tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
-                 o.to(out_ptr.dtype.element_ty), mask=gmask[:, None])
-    else:
-        # Partials: m, l (B, H, SPLITS); acc (B, H, SPLITS, D). An empty split leaves m=-inf, l=0.
-        H = tl.num_programs(1) * G
-        part = (b * H + heads) * SPLITS + split  # (GP,)
-        tl.store(m_ptr + part, m_i, mask=gmask)
-        tl.store(l_ptr + part, l_i, mask=gmask)
-        tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=gmask[:, None])
+    chunk, used = split_chunk(ctx, SPLITS, TILE, MAX_CHUNK)
+    if split < used:
+        start = split * chunk
+        end = tl.minimum(start + chunk, ctx)
+        g = tl.arange(0, GP)
+        d = tl.arange(0, D)
+        heads = kvh * G + g  # (GP,) query heads served by this KV head; rows >= G are padding
+        gmask = g < G
+        q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
+                    mask=gmask[:, None], other=0.0)  # (GP, D)
+        m_i = tl.full([GP], float("-inf"), tl.float32)
+        l_i = tl.zeros([GP], tl.float32)
+        acc = tl.zeros([GP, D], tl.float32)
+        kv_head = k_ptr + kvh * stride_kh
+        v_head = v_ptr + kvh * stride_kh
+        n_tiles = tl.cdiv(tl.maximum(end - start, 0), TILE)
+        for i in tl.range(0, n_tiles, num_stages=STAGES):
+            t = start + i * TILE + tl.arange(0, TILE)
+            tmask = t < end
+            k, v = kv_tile(kv_head, v_head, bt_ptr + b * stride_bt, t, tmask, d, stride_kb,
+                           stride_kt, BS)
+            m_i, l_i, acc = softmax_tile(q, k, v, tmask[None, :], m_i, l_i, acc, scale_log2,
+                                         PRECISION)
+        if used == 1:  # the whole row in one split: the output, as the merge would write it
+            o = acc / l_i[:, None]
+            tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
+                     o.to(out_ptr.dtype.element_ty), mask=gmask[:, None])
+        else:
+            # Partials: m, l (B, H, S); acc (B, H, S, D), S = the grid's splits.
+            H = tl.num_programs(1) * G
+            part = (b * H + heads) * tl.num_programs(2) + split  # (GP,)
+            tl.store(m_ptr + part, m_i, mask=gmask)
+            tl.store(l_ptr + part, l_i, mask=gmask)
+            tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=gmask[:, None])
 
 
 @triton.jit
-def _merge_splits_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, stride_ob, stride_oh,
-                         D: tl.constexpr, SPLITS: tl.constexpr, PDL: tl.constexpr):
+def _merge_splits_kernel(m_ptr, l_ptr, acc_ptr, lens_ptr, out_ptr, grid_splits, stride_ob,
+                         stride_oh, D: tl.constexpr, SPLITS: tl.constexpr, TILE: tl.constexpr,
+                         MAX_CHUNK: tl.constexpr, LANES: tl.constexpr, PDL: tl.constexpr):
+    """One program per (row, head): the row's used splits merged LANES at a time in split
+    order (a row in one split was written by the split kernel). Unused lanes add exact zeros,
+    so the result depends on the row's context and the batch, not on the grid."""
     _pdl_enter(PDL)
     b = tl.program_id(0)
     h = tl.program_id(1)
     H = tl.num_programs(1)
-    s = tl.arange(0, SPLITS)
-    d = tl.arange(0, D)
-    base = (b * H + h) * SPLITS
-    m = tl.load(m_ptr + base + s)
-    m_max = tl.max(m, axis=0)
-    w = tl.exp2(m - m_max)  # empty splits: exp2(-inf) = 0
-    l_sum = tl.sum(tl.load(l_ptr + base + s) * w, axis=0)
-    acc = tl.load(acc_ptr + (base + s)[:, None] * D + d[None, :])
-    o = tl.sum(acc * w[:, None], axis=0) / l_sum
-    tl.store(out_ptr + b * stride_ob + h * stride_oh + d, o.to(out_ptr.dtype.element_ty))
+    _, used = split_chunk(tl.load(lens_ptr + b), SPLITS, TILE, MAX_CHUNK)
+    if used > 1:
+        d = tl.arange(0, D)
+        base = (b * H + h) * grid_splits
+        m_run = tl.full([], float("-inf"), tl.float32)
+        l_run = tl.zeros([], tl.float32)
+        acc_run = tl.zeros([D], tl.float32)
+        for first in range(0, used, LANES):
+            s = first + tl.arange(0, LANES)
+            live = s < used
+            m = tl.load(m_ptr + base + s, mask=live, other=float("-inf"))
+            m_new = tl.maximum(m_run, tl.max(m, axis=0))  # finite: split 0 holds a position
+            w = tl.exp2(m - m_new)  # unused lanes: exp2(-inf) = 0
+            alpha = tl.exp2(m_run - m_new)
+            l_run = l_run * alpha + tl.sum(tl.load(l_ptr + base + s, mask=live, other=0.0) * w,
+                                           axis=0)
+            acc = tl.load(acc_ptr + (base + s)[:, None] * D + d[None, :], mask=live[:, None],
+                          other=0.0)
+            acc_run = acc_run * alpha + tl.sum(acc * w[:, None], axis=0)
+            m_run = m_new
+        tl.store(out_ptr + b * stride_ob + h * stride_oh + d,
+                 (acc_run / l_run).to(out_ptr.dtype.element_ty))
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -136,22 +170,26 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     group = h // hkv
     splits, chosen = plan(b, hkv, q.device, d * k_cache.element_size())
     launch = launch or chosen
+    max_chunk = max(launch.tile, launch.max_chunk // launch.tile * launch.tile)
+    grid = grid_splits(splits, block_tables.shape[1] * bs, max_chunk)
     out = torch.empty((b, h, d), dtype=q.dtype, device=q.device)
-    if splits > 1:
-        m = torch.empty((b, h, splits), dtype=torch.float32, device=q.device)
+    if grid > 1:
+        m = torch.empty((b, h, grid), dtype=torch.float32, device=q.device)
         lsum = torch.empty_like(m)
-        acc = torch.empty((b, h, splits, d), dtype=torch.float32, device=q.device)
+        acc = torch.empty((b, h, grid, d), dtype=torch.float32, device=q.device)
     else:
-        m = lsum = acc = out  # unused by the kernel when SPLITS == 1
-    _attn_split_kernel[(b, hkv, splits)](
+        m = lsum = acc = out  # unused by the kernel when every row has one split
+    shape = dict(D=d, SPLITS=splits, TILE=launch.tile, MAX_CHUNK=max_chunk, PDL=pdl)
+    _attn_split_kernel[(b, hkv, grid)](
         q, k_cache, v_cache, block_tables, context_lens, out, m, lsum, acc,
         scale * 1.4426950408889634, q.stride(0), q.stride(1), k_cache.stride(0),
         k_cache.stride(1), k_cache.stride(2), block_tables.stride(0), out.stride(0),
-        out.stride(1), G=group, GP=max(MIN_GROUP_ROWS, triton.next_power_of_2(group)), D=d,
-        BS=bs, TILE=launch.tile, SPLITS=splits, STAGES=launch.stages, num_warps=launch.warps,
+        out.stride(1), G=group, GP=max(MIN_GROUP_ROWS, triton.next_power_of_2(group)), BS=bs,
+        STAGES=launch.stages, num_warps=launch.warps,
         # fp32 caches get exact products (the reference's precision), not tf32
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PDL=pdl, **launch_kw(pdl))
-    if splits > 1:
-        _merge_splits_kernel[(b, h)](m, lsum, acc, out, out.stride(0), out.stride(1), D=d,
-                                     SPLITS=splits, PDL=pdl, num_warps=1, **launch_kw(pdl))
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **shape, **launch_kw(pdl))
+    if grid > 1:
+        _merge_splits_kernel[(b, h)](m, lsum, acc, context_lens, out, grid, out.stride(0),
+                                     out.stride(1), LANES=merge_lanes(splits), num_warps=1,
+                                     **shape, **launch_kw(pdl))
     return out

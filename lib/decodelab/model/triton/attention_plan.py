@@ -5,6 +5,13 @@ Both choices depend only on static shapes (batch, KV heads, the GPU's SM count),
 block table's width or the context, so an eager step and a graph replay of the same batch
 launch alike and give identical results, and a captured graph stays valid as contexts grow.
 
+A row's context is cut into ``splits`` chunks, each at most ``max_chunk`` positions: in a
+serving batch the contexts differ (100 to 2,000 positions in one step), and without the cap a
+batch too large to split gives each (row, KV head) one program, so the step waits on its
+longest row while most SMs idle. With it the longest rows are shared out in pieces the size of
+a short one. The partition depends on the row's context and the batch only; the grid holds
+enough splits for the widest block table, and the splits a row does not use exit at once.
+
 The tile is narrowed where its K and V tiles would not fit the GPU's shared memory per block
 (a T4 has 64 KiB: the 128-position tile of a head_dim-128 or float32 cache needs 72 KiB):
 Triton would refuse the launch there (``OutOfResources``). ``tests/test_triton_aot.py`` checks
@@ -30,15 +37,21 @@ BUSY_PROGRAMS_PER_SM = 4
 # bytes), an upper bound of Triton 3.6's allocation (2.25-2.41 over sm_75 to sm_90, 3 stages).
 SHARED_PER_TILE_BYTE = 2.5
 MIN_TILE = 16
+# Positions of one split at most. Measured on an H200 at Llama-3.2-1B shapes over serving-like
+# batches (contexts uniform in [1, 2c]): see the ``paged_attention`` table's mixed rows.
+MAX_CHUNK = 1024
+MERGE_LANES = 8  # the merge reads at least this many splits per load
 
 
 @dataclass(frozen=True, slots=True)
 class LaunchConfig:
-    """How the split kernel walks the context: positions per tile, pipeline stages, warps."""
+    """How the split kernel walks the context: positions per tile, pipeline stages, warps,
+    and the most positions one split takes (a multiple of the tile)."""
 
     tile: int = 64
     stages: int = 3
     warps: int = 2
+    max_chunk: int = MAX_CHUNK
 
 
 @functools.cache
@@ -73,6 +86,18 @@ def num_splits(batch: int, kv_heads: int, sms: int) -> int:
     return splits
 
 
+def grid_splits(splits: int, table_positions: int, max_chunk: int) -> int:
+    """Splits the grid holds per (row, KV head): the batch's ``splits``, or enough chunks of
+    ``max_chunk`` for a context filling the block table, whichever is more."""
+    return max(splits, -(-table_positions // max_chunk))
+
+
+def merge_lanes(splits: int) -> int:
+    """Splits the merge reads per load: a power of two, from the batch alone (never the grid),
+    so that the merged sum is the same whatever the block table's width."""
+    return max(MERGE_LANES, splits)
+
+
 def launch_for(programs: int, sms: int, *, row_bytes: int = 0, shared: int | None = None
                ) -> LaunchConfig:
     """``row_bytes``: bytes of one K/V row (head_dim x dtype bytes); ``shared``: the GPU's
@@ -81,7 +106,8 @@ def launch_for(programs: int, sms: int, *, row_bytes: int = 0, shared: int | Non
         tile, warps = 64, 2
     else:
         tile, warps = 128, 4
-    return fitted(LaunchConfig(tile=tile, stages=3, warps=warps), row_bytes, shared)
+    return fitted(LaunchConfig(tile=tile, stages=3, warps=warps, max_chunk=MAX_CHUNK), row_bytes,
+                  shared)
 
 
 def fitted(launch: LaunchConfig, row_bytes: int, shared: int | None) -> LaunchConfig:

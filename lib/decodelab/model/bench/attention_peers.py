@@ -1,0 +1,79 @@
+"""The decode attention calls the ``paged_attention`` table times, each a function of one layer's
+K/V copy (``layer.k_pool``, ``layer.v_pool``, ``layer.block_tables``; ``layer.k``/``layer.v``
+the same K/V contiguous, uniform contexts only): ours, ours without the split cap, SDPA over a
+contiguous cache, and FlashInfer's paged decode where it is installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+FLASHINFER_WORKSPACE_BYTES = 128 << 20  # the size FlashInfer's documentation recommends
+UNCAPPED = 1 << 30  # a split cap no context reaches: the batch's split count alone
+
+
+def candidates(q: torch.Tensor, lens: torch.Tensor, scale: float, layers: list, *,
+               uniform: bool) -> dict[str, dict[str, Callable]]:
+    """{impl: {variant: fn(layer) -> (B, H, D)}}; the table keeps each impl's fastest."""
+    from decodelab.model.triton import attention_plan
+    from decodelab.model.triton.attention import paged_decode_attention
+
+    def ours(launch=None):
+        return lambda layer: paged_decode_attention(q, layer.k_pool, layer.v_pool,
+                                                    layer.block_tables, lens, scale, launch)
+
+    out = {"paged": {"": ours()}}
+    if uniform:
+        out["sdpa_contiguous"] = {name: (lambda layer, b=backend: _sdpa(q, layer, scale, b))
+                                  for name, backend in _sdpa_backends().items()}
+    else:
+        kv_row = q.shape[-1] * layers[0].k_pool.element_size()
+        _, launch = attention_plan.plan(q.shape[0], layers[0].k_pool.shape[1], q.device, kv_row)
+        out["paged_uncapped"] = {"": ours(dataclasses.replace(launch, max_chunk=UNCAPPED))}
+    if importlib.util.find_spec("flashinfer") is not None:
+        out["flashinfer"] = {f"tensor_cores={tc}": _flashinfer(q, lens, scale, layers[0], tc)
+                             for tc in (False, True)}
+    return out
+
+
+def _sdpa_backends():
+    from torch.nn.attention import SDPBackend
+
+    return {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+
+
+def _sdpa(q: torch.Tensor, layer, scale: float, backend) -> torch.Tensor:
+    from torch.nn.attention import sdpa_kernel
+
+    with sdpa_kernel([backend]):
+        out = F.scaled_dot_product_attention(q[:, :, None], layer.k, layer.v, scale=scale,
+                                             enable_gqa=True)  # (B, H, 1, D)
+    return out[:, :, 0]
+
+
+def _flashinfer(q: torch.Tensor, lens: torch.Tensor, scale: float, layer, tensor_cores: bool
+                ) -> Callable:
+    """FlashInfer's batch decode over our pool ((blocks, Hkv, block_size, D): its "HND"
+    layout), planned once for these lengths and the block table every layer copy shares (its
+    plan balances the splits over the actual lengths, on the host, before the step)."""
+    import flashinfer
+
+    bs = layer.k_pool.shape[2]
+    pages = (lens + bs - 1) // bs
+    indptr = torch.zeros(lens.numel() + 1, dtype=torch.int32, device=q.device)
+    indptr[1:] = torch.cumsum(pages, 0)
+    used = torch.arange(layer.block_tables.shape[1], device=q.device)[None, :] < pages[:, None]
+    indices = layer.block_tables[used].int()  # row by row: each row's first pages
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+        torch.zeros(FLASHINFER_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device),
+        kv_layout="HND", use_tensor_cores=tensor_cores)
+    wrapper.plan(indptr, indices, (lens - 1) % bs + 1, q.shape[1], layer.k_pool.shape[1],
+                 q.shape[2], bs, q_data_type=q.dtype, kv_data_type=layer.k_pool.dtype,
+                 sm_scale=scale)
+    return lambda lay: wrapper.run(q, (lay.k_pool, lay.v_pool))
