@@ -244,10 +244,7 @@ if pm is not None:
             "kv_share_long": "K/V share of bytes, long"}))
     display(Markdown(nb.attention_prose(marginal)))
 if "paged_attention" in tables:
-    attn = tables["paged_attention"]
-    if "lens" not in attn:  # tables from before mixed contexts were measured: uniform only
-        attn = attn.assign(lens="uniform")
-    display(show_table(attn, {
+    display(show_table(tables["paged_attention"], {
         "origin": "source", "impl": "implementation", "batch": "batch", "context": "context",
         "lens": "contexts", "us_per_layer": "µs per layer", "kv_gb_s": "K/V read (GB/s)",
         "detail": "detail"},

@@ -117,6 +117,17 @@ def test_an_added_column_loads_from_the_sidecar_config_or_as_missing(tmp_path):
     assert merged["gc_ms"].isna().tolist() == [True, False]
 
 
+def test_a_column_added_with_the_old_rows_value_merges(tmp_path):
+    """``paged_attention`` before its ``lens`` column (every row at its context) merges with a
+    copy that has it, as "uniform"."""
+    old, new = tmp_path / "old" / "h200", tmp_path / "new"
+    write_table("paged_attention", pd.DataFrame({"impl": ["paged"]}), out_dir=old)
+    write_table("paged_attention", pd.DataFrame({"impl": ["paged"], "lens": ["mixed"]}),
+                out_dir=new)
+    merged = load_table("paged_attention", reference=old.parent, local=new)
+    assert list(merged["lens"]) == ["uniform", "mixed"]
+
+
 def test_every_reference_table_of_these_phases_has_a_row_type():
     folders = {"h200": ("paged_model", "runtime"), "h200x2": ("tp",)}
     for folder, prefixes in folders.items():

@@ -52,6 +52,10 @@ ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
                          "paged_attention", "paged_prefill")},
     "serve_offline": _GC, "serve_online": _GC, "serve_steps": ("gc_ms",),
 }
+# Columns added with the value every older row had, per table: {column: value}.
+ADDED_VALUES: dict[str, dict[str, Any]] = {
+    "paged_attention": {"lens": "uniform"},  # mixed contexts were measured from then on
+}
 
 
 class SchemaMismatchError(ValueError):
@@ -163,12 +167,16 @@ def _read_checked(path: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
 
 def _today(name: str, frame: pd.DataFrame, meta: dict[str, Any]) -> pd.DataFrame:
     """A copy under today's columns: renamed (``RENAMED_COLUMNS``), added ones filled from its
-    sidecar's config or missing (``ADDED_COLUMNS``)."""
+    sidecar's config or missing (``ADDED_COLUMNS``), or with the value older rows had
+    (``ADDED_VALUES``)."""
     frame = frame.rename(columns=RENAMED_COLUMNS.get(name, {}))
     config = meta.get("config") or {}
     for col in ADDED_COLUMNS.get(name, ()):
         if col not in frame:
             frame[col] = config.get(col, math.nan)
+    for col, value in ADDED_VALUES.get(name, {}).items():
+        if col not in frame:
+            frame[col] = value
     return frame
 
 

@@ -72,7 +72,7 @@ def _value(environment: pd.DataFrame | None, origin: str, quantity: str
 # Tables whose rows are a kernel's measured read rate (GB/s of bytes read): the model's matmul
 # candidates over their weights, attention (ours and its peers) over its K/V.
 KERNEL_READS = {"paged_model_linear": "weight_gb_s", "paged_attention": "kv_gb_s"}
-_ROW_KEYS = ("impl", "candidate", "n", "k", "batch", "context")
+_ROW_KEYS = ("impl", "candidate", "n", "k", "batch", "context", "lens")
 
 
 def fastest_kernel_read(frames: Mapping[str, pd.DataFrame | None] | None, origin: str

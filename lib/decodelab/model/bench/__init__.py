@@ -25,8 +25,9 @@ at batch 1 (from the profiler, without PDL: overlapped kernels would count their
 where the step's time goes; ``paged_model_linear``, each batch-1
 matmul shape's candidates (cuBLAS, Triton gemv tiles) with time and weight bandwidth, and which
 one the model uses; ``paged_model_gemm``, the same for each graph bucket of 2 to 64 rows
-(cuBLAS against Triton ``skinny`` tiles); ``paged_attention``, our paged decode attention against SDPA over a
-contiguous cache at the model's attention shapes (:mod:`decodelab.model.attention_bench`);
+(cuBLAS against Triton ``skinny`` tiles); ``paged_attention``, our paged decode attention at the
+model's attention shapes, every row at the context or a serving batch's spread of contexts,
+against SDPA over a contiguous cache and FlashInfer (:mod:`decodelab.model.bench.attention`);
 ``paged_prefill``, prefill's first call of each never-seen pack shape against its warm calls
 (:mod:`decodelab.model.bench.prefill`).
 """
