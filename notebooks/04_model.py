@@ -53,6 +53,7 @@ from IPython.display import Markdown, display
 from decodelab import plots
 from decodelab.model import analysis, floors
 from decodelab.model import notebook as nb
+from decodelab.model.attention_view import attention_view
 from decodelab.model.notebook import NotebookParams
 from decodelab.plots import model as figs
 from decodelab.plots import show_table
@@ -244,14 +245,17 @@ if pm is not None:
             "kv_share_long": "K/V share of bytes, long"}))
     display(Markdown(nb.attention_prose(marginal)))
 if "paged_attention" in tables:
-    display(show_table(tables["paged_attention"], {
-        "origin": "source", "impl": "implementation", "batch": "batch", "context": "context",
-        "lens": "contexts", "us_per_layer": "µs per layer", "kv_gb_s": "K/V read (GB/s)",
-        "detail": "detail"},
-        caption="Attention alone (table paged_attention): paged against SDPA on a contiguous "
-                "cache where every row has the context, and, where a serving batch's contexts "
-                "spread from 1 to twice it, against the same kernel without its split cap and "
-                "FlashInfer's paged decode (where installed)."))
+    display(show_table(attention_view(tables["paged_attention"]), {
+        "origin": "source", "batch": "batch", "context": "context", "lens": "contexts",
+        "paged_us": "ours (µs)", "paged_uncapped_us": "ours, no split cap (µs)",
+        "flashinfer_us": "FlashInfer (µs)", "sdpa_contiguous_us": "SDPA, contiguous (µs)",
+        "paged_vs_best_peer": "ours ÷ fastest peer"},
+        caption="Decode attention alone, µs per layer (table paged_attention, where each "
+                "row's K/V bandwidth and the SDPA backend or FlashInfer kernel that ran are "
+                "listed). \"uniform\": every row at the context, where SDPA reads a contiguous "
+                "copy of the same K/V; \"mixed\": a serving batch's contexts, each row's drawn "
+                "from 1 to twice the context, beside the same kernel without its split cap. "
+                "FlashInfer's paged decode reads our pool where it was installed."))
 
 # %% [markdown]
 # ## What a graph costs to have

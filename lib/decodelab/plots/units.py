@@ -42,6 +42,8 @@ DECLARED: dict[str, dict[str, str]] = {
                         "kv_bytes": "bytes", "us_per_layer": _T},
     # tables persistent_ncu and persistent_sanitizer (persistent.tools)
     "persistent tools": {"launches": _C, "errors": _C, "returncode": _N},
+    # model.attention_view (chapter 04, model)
+    "attention view": {"paged_vs_best_peer": _R},
     # analysis.decompose, compute_view, load, notebook (chapter 05)
     "analysis": {"step_us": _T, "step_low": _T, "step_high": _T, "dominant_share": _F,
                  "runner_up_share": _F, "low": _T, "high": _T, "compute_us": _T,
