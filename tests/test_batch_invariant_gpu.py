@@ -51,3 +51,18 @@ def test_the_default_kernels_do_depend_on_the_batch():
     rows = invariance.logit_checks(SMALL, model)
     assert _failed(rows), "the default kernels gave the same bits everywhere"
     torch.cuda.empty_cache()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available()
+                    or torch.cuda.get_device_capability() < (9, 0), reason="PDL needs sm_90+")
+def test_pdl_changes_nothing_on_the_invariant_kernels():
+    """The invariant kernels launched with programmatic dependent launch (steps of up to 32
+    rows) and serially: the same bits, eagerly and from graphs, at 1 and 8 rows (prefill too)."""
+    from decodelab.model.bench import checks
+    from decodelab.model.llama import PagedLlama
+
+    model = invariance.build_model(SMALL, SMALL.check_layers, True, 512)
+    assert model.ops.pdl
+    serial = PagedLlama(model.config, model.weights, model.cache, pdl=False,
+                        batch_invariant=True)
+    assert checks.pdl_equals_serial(model, serial)

@@ -116,16 +116,7 @@ def test_pdl_graph_equals_serial_graph(name):
     assert model.ops.pdl
     serial = PagedLlama(model.config, model.weights, model.cache, pdl=False,
                         linear_choice=model.ops.matmul.choice)
-    prompts = compare.prompts(model.config, 8)
-    outs = []
-    for m in (model, serial):
-        graphs = DecodeGraphs(m, buckets=(1, 8), max_blocks_per_seq=32)
-        for step in (m.decode, graphs.run):
-            for batch in (prompts, prompts[:1]):
-                outs.append(greedy_generate(m, batch, 12, step=step)[1])
-    half = len(outs) // 2
-    for pdl_out, serial_out in zip(outs[:half], outs[half:], strict=True):
-        assert torch.equal(pdl_out, serial_out)
+    assert checks.pdl_equals_serial(model, serial)
 
 
 def test_fused_norm_gemv_equals_the_unfused_ops():

@@ -70,6 +70,21 @@ def check_graph(model: PagedLlama, graphs: DecodeGraphs, new_tokens: int = 16) -
     return max(worst, rel_err(out, ref))
 
 
+def pdl_equals_serial(model: PagedLlama, serial: PagedLlama, new_tokens: int = 12) -> bool:
+    """Whether two models on the same weights and cache, one launching its kernels with
+    programmatic dependent launch and one serially, give the same bits: greedy runs of 8
+    prompts and of 1, eagerly and from graphs of buckets 1 and 8."""
+    batch = prompts(model.config, 8)
+    outs = []
+    for m in (model, serial):
+        graphs = DecodeGraphs(m, buckets=(1, 8), max_blocks_per_seq=32)
+        for step in (m.decode, graphs.run):
+            for rows in (batch, batch[:1]):
+                outs.append(greedy_generate(m, rows, new_tokens, step=step)[1])
+    half = len(outs) // 2
+    return all(torch.equal(a, b) for a, b in zip(outs[:half], outs[half:], strict=True))
+
+
 def validate(model: PagedLlama, graphs: DecodeGraphs | None, hf) -> dict[str, float]:
     """Every fast path against its reference; raises on a disagreement, else the errors:
     eager (Triton ops vs torch ops), graph (vs eager), hf (ours vs transformers)."""

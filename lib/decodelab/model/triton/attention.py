@@ -122,6 +122,31 @@ def _attn_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, m_ptr, l_
 
 
 @triton.jit
+def merge_partials(m_ptr, l_ptr, acc_ptr, base, used, D: tl.constexpr, LANES: tl.constexpr):
+    """The (D,) output of one row and head from its splits 0..used-1 (partials m, l, acc at
+    ``base``...), LANES splits per load in split order; unused lanes add exact zeros, so the
+    result depends on ``used`` and LANES alone. Split 0 holds a position (a finite m)."""
+    d = tl.arange(0, D)
+    m_run = tl.full([], float("-inf"), tl.float32)
+    l_run = tl.zeros([], tl.float32)
+    acc_run = tl.zeros([D], tl.float32)
+    for first in range(0, used, LANES):
+        s = first + tl.arange(0, LANES)
+        live = s < used
+        m = tl.load(m_ptr + base + s, mask=live, other=float("-inf"))
+        m_new = tl.maximum(m_run, tl.max(m, axis=0))
+        w = tl.exp2(m - m_new)  # unused lanes: exp2(-inf) = 0
+        alpha = tl.exp2(m_run - m_new)
+        l_run = l_run * alpha + tl.sum(tl.load(l_ptr + base + s, mask=live, other=0.0) * w,
+                                       axis=0)
+        acc = tl.load(acc_ptr + (base + s)[:, None] * D + d[None, :], mask=live[:, None],
+                      other=0.0)
+        acc_run = acc_run * alpha + tl.sum(acc * w[:, None], axis=0)
+        m_run = m_new
+    return acc_run / l_run
+
+
+@triton.jit
 def _merge_splits_kernel(m_ptr, l_ptr, acc_ptr, lens_ptr, out_ptr, grid_splits, stride_ob,
                          stride_oh, D: tl.constexpr, SPLITS: tl.constexpr, TILE: tl.constexpr,
                          MAX_CHUNK: tl.constexpr, LANES: tl.constexpr, PDL: tl.constexpr):
@@ -134,26 +159,9 @@ def _merge_splits_kernel(m_ptr, l_ptr, acc_ptr, lens_ptr, out_ptr, grid_splits, 
     H = tl.num_programs(1)
     _, used = split_chunk(tl.load(lens_ptr + b), SPLITS, TILE, MAX_CHUNK)
     if used > 1:
-        d = tl.arange(0, D)
-        base = (b * H + h) * grid_splits
-        m_run = tl.full([], float("-inf"), tl.float32)
-        l_run = tl.zeros([], tl.float32)
-        acc_run = tl.zeros([D], tl.float32)
-        for first in range(0, used, LANES):
-            s = first + tl.arange(0, LANES)
-            live = s < used
-            m = tl.load(m_ptr + base + s, mask=live, other=float("-inf"))
-            m_new = tl.maximum(m_run, tl.max(m, axis=0))  # finite: split 0 holds a position
-            w = tl.exp2(m - m_new)  # unused lanes: exp2(-inf) = 0
-            alpha = tl.exp2(m_run - m_new)
-            l_run = l_run * alpha + tl.sum(tl.load(l_ptr + base + s, mask=live, other=0.0) * w,
-                                           axis=0)
-            acc = tl.load(acc_ptr + (base + s)[:, None] * D + d[None, :], mask=live[:, None],
-                          other=0.0)
-            acc_run = acc_run * alpha + tl.sum(acc * w[:, None], axis=0)
-            m_run = m_new
-        tl.store(out_ptr + b * stride_ob + h * stride_oh + d,
-                 (acc_run / l_run).to(out_ptr.dtype.element_ty))
+        o = merge_partials(m_ptr, l_ptr, acc_ptr, (b * H + h) * grid_splits, used, D, LANES)
+        tl.store(out_ptr + b * stride_ob + h * stride_oh + tl.arange(0, D),
+                 o.to(out_ptr.dtype.element_ty))
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

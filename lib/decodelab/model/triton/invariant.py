@@ -14,16 +14,18 @@ the context in a number of parts chosen from the batch. Here:
   the other rows; a row's place in its tile does not change its products.
 - **attention** (:func:`decode_attention`, :func:`prefill_attention`): one kernel for both.
   The context is cut in splits of a fixed SPLIT positions (not a fixed number of splits),
-  each walked in fixed tiles, and the splits a row uses are merged one after another in order
-  (``_merge_splits_in_order_kernel``), so the result depends on the row's context length and
-  K/V alone, not on the batch nor the block table's width. A program holds ROWS query rows:
-  the GQA group of one token in decode, of up to ROWS // group tokens of one chunk in
-  prefill (they share the K/V tile loads; a position past a token's context is masked). A
-  row's products and reductions are the same instructions in either case, so prefill and
-  decode give a position the same bits.
+  each walked in fixed tiles, and the splits a row uses are merged in split order, a fixed
+  number per load (``_merge_splits_in_order_kernel``), so the result depends on the row's
+  context length and K/V alone, not on the batch nor the block table's width. A program
+  holds ROWS query rows: the GQA group of one token in decode, of up to ROWS // group tokens
+  of one chunk in prefill (they share the K/V tile loads; a position past a token's context
+  is masked). A row's products and reductions are the same instructions in either case, so
+  prefill and decode give a position the same bits.
 
 Norms, RoPE, the cache write and the SwiGLU product are per-row kernels already
 (``fused``): invariant as they are; the SwiGLU product runs before the matmul, not fused in.
+With ``pdl`` these kernels launch with programmatic dependent launch as the default ones do
+(``pdl_policy``): it changes when a kernel starts, never what it computes.
 Imported lazily: GPU only (or Triton's interpreter).
 """
 
@@ -34,11 +36,14 @@ import triton
 import triton.language as tl
 
 from decodelab.model.triton import attention_plan, skinny
-from decodelab.model.triton.attention import kv_tile, softmax_tile
+from decodelab.model.triton.attention import kv_tile, merge_partials, softmax_tile
+from decodelab.model.triton.pdl import enter as _pdl_enter
+from decodelab.model.triton.pdl import launch_kw
 
 BLOCK_M = 64  # rows per program: the tensor-core M of one warp group on sm_90
 WARPS, STAGES = 4, 4
 SPLIT = 256  # context positions per attention split
+MERGE_LANES = tl.constexpr(16)  # splits per merge load: 4,096 positions at once
 ROWS = 64  # query rows per attention program, decode and prefill alike (one compiled kernel)
 ATTN = attention_plan.LaunchConfig(tile=64, stages=3, warps=4)
 
@@ -65,7 +70,7 @@ def stages_for(block_n: int, block_k: int, elem_bytes: int, shared: int | None) 
     return stages
 
 
-def matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def matmul(x: torch.Tensor, w: torch.Tensor, *, pdl: bool = False) -> torch.Tensor:
     """x (M, K), w (N, K) -> (M, N) in w's dtype, any M: the skinny kernel in fixed tiles of
     BLOCK_M rows. (The SwiGLU product goes through ``fused.silu_mul`` first, a per-row kernel:
     fused into this kernel's x tile it is recomputed by every program, 10x slower at the down
@@ -77,7 +82,7 @@ def matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     block_n, block_k = tile_for(n)
     stages = stages_for(block_n, block_k, w.element_size(),
                         attention_plan.shared_per_block(w.device))
-    return skinny.tiled(x, w, (block_n, block_k, WARPS, stages), BLOCK_M)
+    return skinny.tiled(x, w, (block_n, block_k, WARPS, stages), BLOCK_M, pdl=pdl)
 
 
 @triton.jit
@@ -86,7 +91,7 @@ def _attn_rows_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, qs_ptr, starts_ptr,
                       stride_kb, stride_kh, stride_kt, stride_bt, G: tl.constexpr,
                       GPOW: tl.constexpr, ROWS: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
                       TILE: tl.constexpr, SPLIT: tl.constexpr, STAGES: tl.constexpr,
-                      PRECISION: tl.constexpr, DECODE: tl.constexpr):
+                      PRECISION: tl.constexpr, DECODE: tl.constexpr, PDL: tl.constexpr):
     """One program per (block of query tokens of one sequence, KV head, split): ROWS rows, the
     GQA group of each of ROWS // GPOW tokens, walk the split's positions in TILE tiles and
     write each row's partials (m, l, acc). A row's numbers depend on its query, its context
@@ -97,6 +102,7 @@ def _attn_rows_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, qs_ptr, starts_ptr,
     and each token's context is written to ctx for the merge. ``splits`` (the partials' row
     length) is a run-time value: a prefill pack's table width changes with its longest
     context, and a compile-time one would compile the kernel again for every 256 positions."""
+    _pdl_enter(PDL)  # q and the newest K/V come from the kernels before
     blk = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -148,33 +154,25 @@ def _attn_rows_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, qs_ptr, starts_ptr,
 
 @triton.jit
 def _merge_splits_in_order_kernel(m_ptr, l_ptr, acc_ptr, lens_ptr, out_ptr, splits, stride_ob,
-                                  stride_oh, D: tl.constexpr, SPLIT: tl.constexpr):
+                                  stride_oh, D: tl.constexpr, SPLIT: tl.constexpr,
+                                  PDL: tl.constexpr):
     """One program per (row, head): the row's used splits (ceil(context / SPLIT)) merged in
-    split order, starting from the first (no zero added for an unused one)."""
+    split order, MERGE_LANES at a time (``attention.merge_partials``): the same for any batch."""
+    _pdl_enter(PDL)
     b = tl.program_id(0)
     h = tl.program_id(1)
     H = tl.num_programs(1)
-    d = tl.arange(0, D)
-    base = (b.to(tl.int64) * H + h) * splits
     used = tl.maximum(tl.cdiv(tl.load(lens_ptr + b), SPLIT), 1)
-    m_max = tl.load(m_ptr + base)
-    for s in range(1, used):
-        m_max = tl.maximum(m_max, tl.load(m_ptr + base + s))
-    w = tl.exp2(tl.load(m_ptr + base) - m_max)
-    l_sum = tl.load(l_ptr + base) * w
-    acc = tl.load(acc_ptr + base * D + d) * w
-    for s in range(1, used):
-        w = tl.exp2(tl.load(m_ptr + base + s) - m_max)
-        l_sum += tl.load(l_ptr + base + s) * w
-        acc += tl.load(acc_ptr + (base + s) * D + d) * w
-    o = acc / l_sum
-    tl.store(out_ptr + b * stride_ob + h * stride_oh + d, o.to(out_ptr.dtype.element_ty))
+    o = merge_partials(m_ptr, l_ptr, acc_ptr, (b.to(tl.int64) * H + h) * splits, used, D,
+                       MERGE_LANES)
+    tl.store(out_ptr + b * stride_ob + h * stride_oh + tl.arange(0, D),
+             o.to(out_ptr.dtype.element_ty))
 
 
 def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
             block_tables: torch.Tensor, scale: float, *, lens: torch.Tensor | None = None,
             query_starts: torch.Tensor | None = None, starts: torch.Tensor | None = None,
-            max_query_len: int = 1) -> torch.Tensor:
+            max_query_len: int = 1, pdl: bool = False) -> torch.Tensor:
     """Decode (``lens``: one token per table row) or prefill (``query_starts``, ``starts``:
     chunks of tokens) through one kernel and its in-order merge."""
     t, h, d = q.shape
@@ -205,26 +203,28 @@ def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         splits, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), block_tables.stride(0), G=group, GPOW=gpow, ROWS=ROWS, D=d, BS=bs,
         TILE=launch.tile, SPLIT=SPLIT, STAGES=launch.stages,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", DECODE=decode,
-        num_warps=launch.warps)
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", DECODE=decode, PDL=pdl,
+        num_warps=launch.warps, **launch_kw(pdl))
     out = torch.empty((t, h, d), dtype=q.dtype, device=q.device)
     _merge_splits_in_order_kernel[(t, h)](m, lsum, acc, ctx, out, splits, out.stride(0),
-                                          out.stride(1), D=d, SPLIT=SPLIT, num_warps=1)
+                                          out.stride(1), D=d, SPLIT=SPLIT, PDL=pdl, num_warps=1,
+                                          **launch_kw(pdl))
     return out
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                     block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float
-                     ) -> torch.Tensor:
+                     block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float, *,
+                     pdl: bool = False) -> torch.Tensor:
     """``attention.paged_decode_attention``'s contract, in fixed splits of SPLIT positions."""
-    return _attend(q, k_cache, v_cache, block_tables, scale, lens=context_lens)
+    return _attend(q, k_cache, v_cache, block_tables, scale, lens=context_lens, pdl=pdl)
 
 
 def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                       block_tables: torch.Tensor, query_starts: torch.Tensor,
-                      starts: torch.Tensor, scale: float, max_query_len: int) -> torch.Tensor:
+                      starts: torch.Tensor, scale: float, max_query_len: int, *,
+                      pdl: bool = False) -> torch.Tensor:
     """``prefill_attention.paged_prefill_attention``'s contract through the decode kernel: each
     token's rows are computed as a decode step at its position would compute them (up to
     ROWS // group tokens of a chunk share a program's K/V tiles)."""
     return _attend(q, k_cache, v_cache, block_tables, scale, query_starts=query_starts,
-                   starts=starts, max_query_len=max_query_len)
+                   starts=starts, max_query_len=max_query_len, pdl=pdl)

@@ -98,7 +98,8 @@ class InvariantOps(TritonOps):
     time: no tile is chosen, so ``add_norm_linear`` runs the norm kernel, then this matmul),
     decode and prefill attention through one kernel in fixed splits, the SwiGLU product by its
     per-row kernel before the matmul. The norms, RoPE and the cache write are ``TritonOps``'
-    per-row kernels."""
+    per-row kernels. Every kernel follows ``pdl`` as ``TritonOps``' do (PDL changes when a
+    kernel starts, never what it computes)."""
 
     batch_invariant = True
 
@@ -110,17 +111,20 @@ class InvariantOps(TritonOps):
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
                ) -> torch.Tensor:
-        y = invariant.matmul(x.contiguous(), w)
+        y = invariant.matmul(x.contiguous(), w, pdl=self._pdl(x.shape[0]))
         return y if bias is None else y + bias
 
     def swiglu_linear(self, gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return invariant.matmul(silu_mul(gate_up.contiguous()), w)  # both per-row invariant
+        pdl = self._pdl(gate_up.shape[0])  # both kernels per-row invariant
+        return invariant.matmul(silu_mul(gate_up.contiguous(), pdl=pdl), w, pdl=pdl)
 
     def decode_attention(self, q, k_cache, v_cache, block_tables, context_lens, scale
                          ) -> torch.Tensor:
-        return invariant.decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale)
+        return invariant.decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale,
+                                          pdl=self._pdl(q.shape[0]))
 
     def prefill_attention(self, q, k_cache, v_cache, block_tables, query_starts, starts, scale,
                           max_query_len: int) -> torch.Tensor:
         return invariant.prefill_attention(q, k_cache, v_cache, block_tables, query_starts,
-                                           starts, scale, max_query_len)
+                                           starts, scale, max_query_len,
+                                           pdl=self._pdl(q.shape[0]))
