@@ -244,6 +244,19 @@ if pm is not None:
             "of_ceiling": "of the ceiling", "ceiling": "ceiling",
             "kv_share_long": "K/V share of bytes, long"}))
     display(Markdown(nb.attention_prose(marginal)))
+
+# %% [markdown]
+# ### Attention alone, beside its peers
+#
+# The same kernel timed on its own, one layer's K/V per call, at two spreads of context. With
+# every row at the context, SDPA on a contiguous copy of the K/V shows what reading through a
+# block table costs. With the contexts of a serving batch (each row anywhere from 1 to twice the
+# context), the longest rows decide when a step's attention ends: the column without the split
+# cap shows what sharing them out in capped splits gains, and FlashInfer's paged decode, planned
+# on the host for the batch's actual lengths, is the serving peer. The last column is ours over
+# the fastest peer on that line: below 1, ours is ahead.
+
+# %%
 if "paged_attention" in tables:
     display(show_table(attention_view(tables["paged_attention"]), {
         "origin": "source", "batch": "batch", "context": "context", "lens": "contexts",
