@@ -40,7 +40,11 @@ MIN_TILE = 16
 # contexts uniform in 1..2c): batch 128, c = 4,096, 261 µs per layer against 305 without the
 # cap, 259 against 248 (a run before the cap) where every row is at 4,096, the partials'
 # round trip; no change at c = 512 (no row passes the cap). A 512 cap was within 10% of it,
-# ahead at some shapes, behind at others (a sweep at batches 32-256).
+# ahead at some shapes, behind at others (a sweep at batches 32-256). Served (bench serve,
+# median decode step per graph bucket): long prompts (contexts 2k-8.5k) 3-18% faster at 8-128
+# rows; the offline workload (contexts up to 2k) 4-5% slower at 48-64 rows and within 2% at
+# 96-256, where the grid holds splits for the engine's 8.7k-position tables that no row uses
+# (each exits at once).
 MAX_CHUNK = 1024
 MERGE_LANES = 8  # the merge reads at least this many splits per load
 
