@@ -15,6 +15,8 @@ import torch.nn.functional as F
 
 FLASHINFER_WORKSPACE_BYTES = 128 << 20  # the size FlashInfer's documentation recommends
 UNCAPPED = 1 << 30  # a split cap no context reaches: the batch's split count alone
+OPTIONAL = ("flashinfer",)  # peers whose rows are left out where they cannot run
+_UNAVAILABLE: dict[bool, str] = {}  # FlashInfer variants (tensor_cores) that failed here, why
 
 
 def candidates(q: torch.Tensor, lens: torch.Tensor, scale: float, layers: list, *,
@@ -36,8 +38,10 @@ def candidates(q: torch.Tensor, lens: torch.Tensor, scale: float, layers: list, 
         _, launch = attention_plan.plan(q.shape[0], layers[0].k_pool.shape[1], q.device, kv_row)
         out["paged_uncapped"] = {"": ours(dataclasses.replace(launch, max_chunk=UNCAPPED))}
     if importlib.util.find_spec("flashinfer") is not None:
-        out["flashinfer"] = {f"tensor_cores={tc}": _flashinfer(q, lens, scale, layers[0], tc)
-                             for tc in (False, True)}
+        variants = {f"tensor_cores={tc}": _flashinfer(q, lens, scale, layers[0], tc)
+                    for tc in (False, True) if tc not in _UNAVAILABLE}  # tried once
+        if variants:
+            out["flashinfer"] = variants
     return out
 
 
@@ -57,11 +61,35 @@ def _sdpa(q: torch.Tensor, layer, scale: float, backend) -> torch.Tensor:
     return out[:, :, 0]
 
 
+class PeerUnavailable(RuntimeError):
+    """An installed peer that cannot run here (e.g. its kernels fail to build): its rows are
+    left out, with this message said."""
+
+
 def _flashinfer(q: torch.Tensor, lens: torch.Tensor, scale: float, layer, tensor_cores: bool
                 ) -> Callable:
     """FlashInfer's batch decode over our pool ((blocks, Hkv, block_size, D): its "HND"
-    layout), planned once for these lengths and the block table every layer copy shares (its
-    plan balances the splits over the actual lengths, on the host, before the step)."""
+    layout), planned at the first call (which builds its kernels) for these lengths and the
+    block table every layer copy shares (its plan balances the splits over the actual
+    lengths, on the host, before the step)."""
+    wrapper = None
+
+    def run(lay) -> torch.Tensor:
+        nonlocal wrapper
+        if wrapper is None:
+            try:
+                wrapper = _flashinfer_plan(q, lens, scale, layer, tensor_cores)
+            except Exception as exc:  # a build or plan failure of the optional peer
+                _UNAVAILABLE[tensor_cores] = (f"flashinfer (tensor_cores={tensor_cores}): "
+                                              f"{type(exc).__name__}: {str(exc)[:200]}")
+                raise PeerUnavailable(_UNAVAILABLE[tensor_cores]) from exc
+        return wrapper.run(q, (lay.k_pool, lay.v_pool))
+
+    return run
+
+
+def _flashinfer_plan(q: torch.Tensor, lens: torch.Tensor, scale: float, layer,
+                     tensor_cores: bool):
     import flashinfer
 
     bs = layer.k_pool.shape[2]
@@ -76,4 +104,4 @@ def _flashinfer(q: torch.Tensor, lens: torch.Tensor, scale: float, layer, tensor
     wrapper.plan(indptr, indices, (lens - 1) % bs + 1, q.shape[1], layer.k_pool.shape[1],
                  q.shape[2], bs, q_data_type=q.dtype, kv_data_type=layer.k_pool.dtype,
                  sm_scale=scale)
-    return lambda lay: wrapper.run(q, (lay.k_pool, lay.v_pool))
+    return wrapper
