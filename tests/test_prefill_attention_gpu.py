@@ -37,6 +37,7 @@ def packs():
 
 
 @pytest.mark.parametrize("dtype,bound", [(torch.bfloat16, compare.TRITON_RTOL),
+                                         (torch.float16, compare.TRITON_RTOL),
                                          (torch.float32, 1e-5)])
 def test_kernel_equals_reference_at_llama_1b_shapes(dtype, bound):
     from decodelab.model.triton.prefill_attention import paged_prefill_attention
