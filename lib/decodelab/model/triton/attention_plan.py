@@ -47,6 +47,10 @@ MIN_TILE = 16
 # (each exits at once).
 MAX_CHUNK = 1024
 MERGE_LANES = 8  # the merge reads at least this many splits per load
+# The merge is a kernel of its own. Merging in the split kernel instead (the last split of a
+# (row, KV head) to count itself in an atomic counter merges the row; same bits) was slower on
+# an H200 at Llama-3.2-1B shapes: batch 1, 7.2 against 5.2 µs per layer; batch 128, mixed
+# contexts around 4,096, 288 against 261 µs (the merging program's serial tail).
 
 
 @dataclass(frozen=True, slots=True)
