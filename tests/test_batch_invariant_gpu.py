@@ -68,20 +68,23 @@ def test_pdl_changes_nothing_on_the_invariant_kernels():
     assert checks.pdl_equals_serial(model, serial)
 
 
-@pytest.mark.parametrize("n,k", [(3072, 2048), (2048, 8192), (16384, 2048)])
-def test_a_row_is_the_same_bits_in_a_matmul_tile_of_any_height(n, k):
-    """invariant.row_tile may pick 64, 128 or 256 rows per program: each row equals itself
-    computed alone (64-row tile), at every height and row count."""
+@pytest.mark.parametrize("n,k", [(3072, 2048), (2048, 2048), (2048, 8192), (16384, 2048)])
+def test_a_row_is_the_same_bits_in_every_matmul_tile(n, k):
+    """invariant.matmul_tile picks the tile by the row count: each row equals itself computed
+    alone (the 1-row tile) under every tile the rule can pick for the weight, at several row
+    counts per tile."""
     from decodelab.model.triton import attention_plan, invariant, skinny
 
-    gen = torch.Generator(device="cuda").manual_seed(n)
+    gen = torch.Generator(device="cuda").manual_seed(n + k)
     w = (torch.randn((n, k), generator=gen, device="cuda") / k ** 0.5).bfloat16()
-    x = torch.randn((300, k), generator=gen, device="cuda").bfloat16()
-    bn, bk = invariant.tile_for(n)
+    x = torch.randn((1100, k), generator=gen, device="cuda").bfloat16()
     shared = attention_plan.shared_per_block(w.device)
-    alone = torch.cat([invariant.matmul(x[i:i + 1], w) for i in range(0, 300, 37)])
-    for block_m, warps in ((64, 4), (128, 4), (128, 8), (256, 8)):
-        stages = invariant.stages_for(block_m, bn, bk, 2, shared)
-        for rows in (65, 160, 300):
-            y = skinny.tiled(x[:rows], w, (bn, bk, warps, stages), block_m)
-            assert torch.equal(y[::37], alone[:len(y[::37])]), (block_m, warps, rows)
+    alone = torch.cat([invariant.matmul(x[i:i + 1], w) for i in range(0, 1100, 37)])
+    tiles = {invariant.matmul_tile(rows, n, k) for rows in (1, 65, 129, 257, 1025)}
+    assert len(tiles) >= 2, tiles  # the rule does change the tile with the rows
+    for tile in tiles:
+        stages = invariant.stages_for(*tile[:3], w.element_size(), shared)
+        for rows in (65, 300, 1100):
+            y = skinny.tiled(x[:rows], w, (tile.block_n, tile.block_k, tile.warps, stages),
+                             tile.block_m)
+            assert torch.equal(y[::37], alone[:len(y[::37])]), (tile, rows)

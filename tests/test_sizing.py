@@ -9,6 +9,7 @@ import pytest
 from decodelab.core.sizing import GIB, Device, Option, fit, need_bytes
 from decodelab.core.validate import ConfigError
 from decodelab.engine.bench.config import RuntimeBenchConfig
+from decodelab.engine.bench.invariance_config import InvarianceConfig
 from decodelab.model.bench.config import PagedModelBenchConfig
 from decodelab.parallel.memory import decide, rank_memory
 
@@ -99,6 +100,21 @@ def test_runtime_falls_back_to_the_tiny_model_where_the_weights_do_not_fit():
     fitted = RuntimeBenchConfig.for_profile("gpu").on_device("auto", small)
     assert fitted.sizes.model == "tiny" and fitted.sizes.batches == (1, 8, 32)
     assert fitted.line.startswith("[runtime] sized to small (sm_86)")
+
+
+def test_the_invariance_cost_drops_the_batches_a_t4_cannot_hold():
+    """A 128-row KV pool at context 4,096 alone is 16 GiB (the 15 GiB run that ran out)."""
+    full = InvarianceConfig()
+    fitted = full.on_device("auto", GPUS["t4"])
+    cfg = fitted.sizes
+    assert cfg.dtype == "float16" and cfg.cost_batches == (1, 8, 32)
+    assert cfg.cost_contexts == full.cost_contexts and cfg.batches == full.batches
+    assert cfg.peak_bytes() * 1.1 + GIB <= GPUS["t4"].free
+    assert fitted.line.startswith("[batch_invariance] sized to Tesla T4 (sm_75)")
+    assert "cost batches 1, 8, 32, 128 x contexts 512, 4096 needs" in fitted.line
+    for gpu in ("a100-40", "h200"):
+        on_gpu = full.on_device("auto", GPUS[gpu])
+        assert on_gpu.line is None and on_gpu.sizes == full
 
 
 def test_tp_uses_the_same_headroom():

@@ -44,7 +44,8 @@ MAX_ROWS = 128  # the largest decode batch a bench runs (graph buckets and paged
 # Block-table widths: paged_model's (context 4096 + 1 block) and one that 16 divides (Triton
 # specialises an integer on it: the engine's width is max_model_len / block_size).
 WIDTHS = (257, 256)
-PREFILLS = (((512,), None), ((100, 37, 1), None), ((16, 40), (32, 0)))  # (lengths, starts)
+# (lengths, starts): 512 and 1,040 tokens reach the invariant matmul's two prefill tiles
+PREFILLS = (((512,), None), ((1040,), None), ((100, 37, 1), None), ((16, 40), (32, 0)))
 _SKIPPED_OPTIONS = {"launch_pdl", "debug", "instrumentation_mode"}
 _OPTIONS = set(CUDAOptions.__dataclass_fields__) - _SKIPPED_OPTIONS
 

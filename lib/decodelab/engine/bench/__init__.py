@@ -28,7 +28,8 @@ Tables:
 - ``runtime_errors``: that workload's outcomes and errors by class (counts).
 - ``sampler_grid`` (GPU only): the samplers at every setting, batch and vocabulary.
 - ``batch_invariance``, ``batch_invariance_cost`` (profile gpu only): the batch-invariant
-  switch checked bit for bit and its step time against the default kernels (``invariance``).
+  switch checked bit for bit and its step time against the default kernels (``invariance``),
+  in the run's dtype, its cost batches fitted to the GPU's free memory.
 
 Validated before timing: the engine's greedy tokens with graphs equal those of the eager
 engine on a full bucket; on a GPU, the engine's captured sampler equals its eager body token
@@ -57,6 +58,7 @@ from decodelab.engine.bench import (
     workload,
 )
 from decodelab.engine.bench.config import RuntimeBenchConfig, graph_buckets
+from decodelab.engine.bench.invariance_config import InvarianceConfig
 from decodelab.engine.bench.rows import BatchRow, RuntimeRow, StepRow
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.sampler import use_fused
@@ -166,8 +168,8 @@ def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Pa
         if profile == "gpu":  # the switch at the H200's sizes: minutes, not for smoke runs
             del model, graphs
             torch.cuda.empty_cache()
-            written += _optional("batch_invariance",
-                                 lambda: invariance.write_invariance(out_dir, profile)) or []
+            written += _optional("batch_invariance", lambda: invariance.write_invariance(
+                out_dir, profile, sized(InvarianceConfig(), dev, cfg.dtype))) or []
     return written
 
 

@@ -88,7 +88,7 @@ def logit_checks(cfg: InvarianceConfig, model: PagedLlama) -> list[InvarianceRow
     ``model``."""
     rng = random.Random(0)
     bs = cfg.block_size
-    width = -(-cfg.max_context // bs)
+    width = cfg.width
     model.cache.k.normal_()  # every slot a batch row may attend holds finite values
     model.cache.v.normal_()
     prompt = [rng.randrange(model.config.vocab_size) for _ in range(cfg.probe_context)]
@@ -154,7 +154,7 @@ def _serve(model: PagedLlama, graphs, ecfg: EngineConfig, reqs: list[Request]
 def engine_checks(cfg: InvarianceConfig, model: PagedLlama) -> list[InvarianceRow]:
     """``engine_tokens``: each request alone, then all together; ``model``'s KV pool should be
     too small for all of them at once (the batched run then preempts and recomputes)."""
-    width = -(-cfg.max_context // cfg.block_size)
+    width = cfg.width
     buckets = tuple(b for b in GRAPH_BUCKETS if b < cfg.engine_requests) + (cfg.engine_requests,)
     graphs = (DecodeGraphs(model, buckets=buckets, max_blocks_per_seq=width)
               if model.device.type == "cuda" else None)
@@ -184,8 +184,7 @@ def write_invariance(out_dir: Path, profile: str, cfg: InvarianceConfig | None =
     """Measure both tables on the GPU and write them."""
     cfg = cfg or InvarianceConfig()
     t0 = time.perf_counter()
-    width = -(-cfg.max_context // cfg.block_size)
-    model = build_model(cfg, cfg.check_layers, True, max(cfg.batches) * width + 64)
+    model = build_model(cfg, cfg.check_layers, True, cfg.check_blocks)
     checks = logit_checks(cfg, model)
     for r in checks:
         print(f"[bench] batch_invariance: {r.check} batch {r.batch}: {r.identical}/{r.compared} "

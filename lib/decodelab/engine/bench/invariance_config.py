@@ -3,11 +3,14 @@ checks and :mod:`.invariance_cost`'s timings share them)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from decodelab.core.validate import check_int, check_int_list
+from decodelab.core.precision import BYTES, DTYPES, resolve_dtype
+from decodelab.core.sizing import Device, Fitted, Option, fit
+from decodelab.core.validate import check_choice, check_int, check_int_list
+from decodelab.model import memory
 from decodelab.model.config import named_config
 from decodelab.model.kv_cache import PagedKVCache
 from decodelab.model.llama import PagedLlama
@@ -43,6 +46,48 @@ class InvarianceConfig:
         check_int(own, "engine_requests", self.engine_requests, 1)
         check_int(own, "engine_tokens", self.engine_tokens, 1)
         check_int(own, "replays", self.replays, 1)
+        check_choice(own, "dtype", self.dtype, DTYPES)
+
+    @property
+    def width(self) -> int:
+        """Block-table width of the checks: the longest context."""
+        return -(-self.max_context // self.block_size)
+
+    @property
+    def check_blocks(self) -> int:
+        """The checks' pool: every batch row at the longest context."""
+        return max(self.batches) * self.width + 64
+
+    def cost_blocks(self, context: int) -> int:
+        """The decode cost's pool at ``context``: the largest cost batch there."""
+        return max(self.cost_batches) * (-(-context // self.block_size) + 1)
+
+    def on_device(self, dtype: str, device: Device | None) -> Fitted[InvarianceConfig]:
+        """This config on ``device`` (None: the CPU): ``dtype`` resolved there, the cost's
+        batches fitted to its free memory (the largest dropped first)."""
+        capability = device.capability if device is not None else None
+        cfg = replace(self, dtype=resolve_dtype(dtype, capability, "batch_invariance.dtype"))
+        options = []
+        for n in range(len(cfg.cost_batches), 0, -1):
+            sized = replace(cfg, cost_batches=cfg.cost_batches[:n])
+            options.append(Option(sized, sized.peak_bytes(), "cost batches " + ", ".join(
+                map(str, sized.cost_batches)) + " x contexts " + ", ".join(
+                    map(str, sized.cost_contexts))))
+        return fit("batch_invariance", options, device)
+
+    def peak_bytes(self) -> int:
+        """Estimated device bytes at the peak: the checks' model (``check_layers`` layers) and
+        pool, or every layer with the decode cost's pool, its graphs' logits and the weights
+        being built."""
+        e = BYTES[self.dtype]
+        full = named_config(self.model)
+        small = named_config(self.model, num_layers=self.check_layers)
+        checks = (memory.weight_bytes(small, e)
+                  + memory.kv_pool_bytes(small, self.check_blocks, self.block_size, e))
+        cost = (memory.weight_bytes(full, e) + memory.logits_bytes(full, self.cost_batches)
+                + memory.kv_pool_bytes(full, self.cost_blocks(max(self.cost_contexts)),
+                                       self.block_size, e))
+        return max(checks, cost, memory.weight_bytes(full, e) + memory.build_extra_bytes(full, e))
 
 
 

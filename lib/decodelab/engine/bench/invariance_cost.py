@@ -44,10 +44,9 @@ def step_costs(cfg: InvarianceConfig) -> list[InvarianceCostRow]:
     out = []
     for context in cfg.cost_contexts:
         width = -(-context // bs) + 1
-        blocks = max(cfg.cost_batches) * width
         times = {}
         for invariant in (False, True):
-            model = build_model(cfg, None, invariant, blocks)
+            model = build_model(cfg, None, invariant, cfg.cost_blocks(context))
             model.cache.k.normal_()
             model.cache.v.normal_()
             graphs = DecodeGraphs(model, buckets=cfg.cost_batches, max_blocks_per_seq=width)

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from decodelab.core.device import gpu_memory, run_dtype
+from decodelab.core.device import gpu_memory, run_dtype, sizing_device
 from decodelab.core.profiles import on_bench_device
 from decodelab.core.results import stamped, write_table
 from decodelab.engine.bench import serve_ceilings
@@ -86,8 +86,15 @@ def _kv_blocks(cfg: ServeBenchConfig, mcfg, dtype: torch.dtype, dev: torch.devic
         return cfg.max_num_seqs * blocks_needed(cfg.max_model_len, cfg.block_size) + SPARE_BLOCKS
     torch.cuda.empty_cache()  # memory the allocator holds unused counts as free
     free, _ = gpu_memory(dev)  # DECODELAB_GPU_MEMORY_GIB's limit, where set
-    return PagedKVCache.blocks_for_memory(mcfg, cfg.block_size, dtype,
-                                          free - int(cfg.kv_margin_gib * 2**30))
+    blocks = PagedKVCache.blocks_for_memory(mcfg, cfg.block_size, dtype,
+                                            free - int(cfg.kv_margin_gib * 2**30))
+    want = cfg.max_num_seqs * blocks_needed(cfg.max_model_len, cfg.block_size)
+    if blocks < want:  # a smaller GPU: the scheduler preempts where the pool runs out
+        print(f"[serve] sized to {sizing_device(dev).describe()}: a KV pool of {blocks:,} "
+              f"blocks ({blocks * cfg.block_size:,} tokens, {blocks / want:.0%} of what "
+              f"{cfg.max_num_seqs} rows at {cfg.max_model_len:,} tokens need), the free memory "
+              f"less a {cfg.kv_margin_gib:g} GiB margin", flush=True)
+    return blocks
 
 
 def _setup(cfg: ServeBenchConfig, dev: torch.device, batch_invariant: bool = False):

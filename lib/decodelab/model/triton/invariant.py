@@ -6,12 +6,11 @@ A GPU forward depends on its batch where a kernel's reduction order does: cuBLAS
 matmul choice pick other tiles (or split K) for other row counts, and decode attention splits
 the context in a number of parts chosen from the batch. Here:
 
-- **matmul** (:func:`matmul`): one kernel (``skinny``'s, tiled over the rows) and one N and K
-  tile for every row count, from 1 row to a prefill pack, per weight shape (``tile_for``: it
-  depends on N alone); the tile's height grows with the rows (``row_tile``). A program computes
-  BLOCK_M rows x BLOCK_N columns, streams K in BLOCK_K chunks in order and accumulates in fp32
-  (no split K), so each output element is the same chain of tensor-core products whatever
-  the other rows; a row's place in its tile does not change its products.
+- **matmul** (:func:`matmul`): one kernel (``skinny``'s, tiled over the rows) from 1 row to a
+  prefill pack. A program computes BLOCK_M rows x BLOCK_N columns, streams K in BLOCK_K
+  chunks in order and accumulates in fp32 (no split K), so each output element is the same
+  chain of tensor-core products whatever the other rows and whatever the tile; the tile grows
+  with the rows (``matmul_tile``), which changes how often a weight tile is read, not a bit.
 - **attention** (:func:`decode_attention`, :func:`prefill_attention`): one kernel for both.
   The context is cut in splits of a fixed SPLIT positions (not a fixed number of splits),
   each walked in fixed tiles, and the splits a row uses are merged in split order, a fixed
@@ -31,6 +30,8 @@ Imported lazily: GPU only (or Triton's interpreter).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -41,39 +42,44 @@ from decodelab.model.triton.pdl import enter as _pdl_enter
 from decodelab.model.triton.pdl import launch_kw
 
 STAGES = 4
-WIDE_N = 4096  # weights with more output columns take wide N tiles (``tile_for``)
+WIDE_N = 4096  # weights with more output columns (or K) take wider tiles (``matmul_tile``)
 SPLIT = 256  # context positions per attention split
 MERGE_LANES = tl.constexpr(16)  # splits per merge load: 4,096 positions at once
 ROWS = 64  # query rows per attention program, decode and prefill alike (one compiled kernel)
 ATTN = attention_plan.LaunchConfig(tile=64, stages=3, warps=4)
 
 
-def tile_for(n: int) -> tuple[int, int]:
-    """(BLOCK_N, BLOCK_K) of a weight with ``n`` output columns, whatever the number of rows:
-    narrow tiles with long K chunks where N is small (more programs in flight to stream the
-    weight), wide ones where N is large. Chosen from a sweep on the H200 at 1 to 256 rows of
-    Llama-3.2-1B's shapes (the sum over row counts least: qkv, o and down at (32, 128),
-    gate_up and the LM head at (128, 64); against the rule before, (32 | 64, 64) with 3
-    stages: down 1.3-2.0x faster, o and gate_up 1.1-1.2x, the LM head alike, qkv 1.1-1.2x up
-    to 128 rows and 0.8x at 256)."""
-    return (32, 128) if n <= WIDE_N else (128, 64)
+class MatmulTile(NamedTuple):
+    block_m: int  # rows per program
+    block_n: int  # weight rows (output columns) per program
+    block_k: int  # K chunk per step
+    warps: int
 
 
-def row_tile(rows: int, n: int, k: int) -> tuple[int, int]:
-    """(BLOCK_M, warps) of the matmul programs for ``rows`` rows of a weight (n, k). The
-    tile's height changes how often a weight tile is read, never a row's bits: BLOCK_N,
-    BLOCK_K and the K order are the weight's alone (``tile_for``), and a row's products are the
-    same tensor-core instructions in a tile of any height. Measured on an H200 (Llama-3.2-1B
-    shapes, bf16): every row of every shape the same bits in tiles of 64, 128 and 256 rows at
-    1 to 4,096 rows; time per call at 256 rows (64 / 128 / 256-row tiles): LM head 526 / 351 /
-    255 µs, gate|up 47 / 45 / 33, down 31 / 30 / 55, o 9.1 / 10 / 16.5, qkv 16.4 / 18 / 16.7."""
+def matmul_tile(rows: int, n: int, k: int) -> MatmulTile:
+    """The tile of the matmul programs for ``rows`` rows of a weight (n, k). No tile changes a
+    row's bits: every tile walks K from 0 in order, chaining the same 16-wide tensor-core
+    products into one fp32 accumulator, and a row's products do not depend on the rows beside
+    it. Measured on an H200 (bf16): every row of every Llama-3.2-1B shape the same bits under
+    each of 23 tiles of 64-256 rows x 32-256 columns x K chunks of 64-128 (4,096 rows).
+    Chosen from the same sweep:
+
+    - up to 64 rows (decode): narrow tiles with long K chunks where N is small (more programs
+      in flight to stream the weight), wide ones where N is large;
+    - the LM head and gate|up: 128-row tiles at 65-128 rows, 256 above (LM head at 256 rows
+      255 against 526 µs in 64-row tiles);
+    - qkv, o and down up to 256 rows (decode): the decode tile, down in 128 rows from 129;
+    - above 256 rows (prefill packs): 128 x 128 tiles with K chunks of 64, 256 rows for down
+      above 1,024 (at 4,096 rows qkv 143 against 223 µs in decode tiles, o 94 against 165,
+      down 244 against 477; cuBLAS 86, 62, 195)."""
+    wide = n > WIDE_N
     if rows <= 64:
-        return 64, 4
-    if n > WIDE_N:  # the LM head, gate|up: 128-row tiles win at 96-128 rows, 256 above
-        return (128, 8) if rows <= 128 else (256, 8)
-    if k > WIDE_N and rows > 128:  # down: 128-row tiles from 160 rows (30 against 33 µs)
-        return 128, 4
-    return 64, 4  # qkv, o: narrow tiles stay fastest at 64 rows
+        return MatmulTile(64, *((128, 64) if wide else (32, 128)), 4)
+    if wide:
+        return MatmulTile(128 if rows <= 128 else 256, 128, 64, 8)
+    if rows <= 256:
+        return MatmulTile(128 if k > WIDE_N and rows > 128 else 64, 32, 128, 4)
+    return MatmulTile(256 if k > WIDE_N and rows > 1024 else 128, 128, 64, 8)
 
 
 def stages_for(block_m: int, block_n: int, block_k: int, elem_bytes: int, shared: int | None
@@ -89,8 +95,8 @@ def stages_for(block_m: int, block_n: int, block_k: int, elem_bytes: int, shared
 
 
 def matmul(x: torch.Tensor, w: torch.Tensor, *, pdl: bool = False) -> torch.Tensor:
-    """x (M, K), w (N, K) -> (M, N) in w's dtype, any M: the skinny kernel in tiles of
-    :func:`row_tile` rows. (The SwiGLU product goes through ``fused.silu_mul`` first, a per-row
+    """x (M, K), w (N, K) -> (M, N) in w's dtype, any M: the skinny kernel in the tiles of
+    :func:`matmul_tile`. (The SwiGLU product goes through ``fused.silu_mul`` first, a per-row
     kernel:
     fused into this kernel's x tile it is recomputed by every program, 10x slower at the down
     projection.)"""
@@ -98,11 +104,11 @@ def matmul(x: torch.Tensor, w: torch.Tensor, *, pdl: bool = False) -> torch.Tens
     if x.stride(1) != 1 or w.stride(1) != 1 or x.shape[1] != k:
         raise ValueError(f"invariant.matmul: x {tuple(x.shape)}, w {tuple(w.shape)}: need "
                          "x's width K and contiguous last dims")
-    block_n, block_k = tile_for(n)
-    block_m, warps = row_tile(x.shape[0], n, k)
-    stages = stages_for(block_m, block_n, block_k, w.element_size(),
+    tile = matmul_tile(x.shape[0], n, k)
+    stages = stages_for(tile.block_m, tile.block_n, tile.block_k, w.element_size(),
                         attention_plan.shared_per_block(w.device))
-    return skinny.tiled(x, w, (block_n, block_k, warps, stages), block_m, pdl=pdl)
+    return skinny.tiled(x, w, (tile.block_n, tile.block_k, tile.warps, stages), tile.block_m,
+                        pdl=pdl)
 
 
 @triton.jit

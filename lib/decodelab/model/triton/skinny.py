@@ -74,8 +74,8 @@ def skinny(x: torch.Tensor, w: torch.Tensor, tile: tuple[int, int, int, int], *,
 def tiled(x: torch.Tensor, w: torch.Tensor, tile: tuple[int, int, int, int], block_m: int, *,
           swiglu: bool = False, pdl: bool = False) -> torch.Tensor:
     """The same kernel over any number of rows, in tiles of ``block_m`` rows (one program per
-    BLOCK_N columns and tile): ``skinny`` is its single tile; ``invariant.matmul`` one fixed
-    tile for every row count."""
+    BLOCK_N columns and tile): ``skinny`` is its single tile; ``invariant.matmul`` picks the
+    tile by the rows (``invariant.matmul_tile``)."""
     rows, (n, k) = x.shape[0], w.shape
     block_n, block_k, warps, stages = tile
     y = torch.empty((rows, n), dtype=w.dtype, device=w.device)
