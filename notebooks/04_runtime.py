@@ -310,8 +310,8 @@ if "serve_online" in serve:
 # ### The batch-invariant switch
 #
 # `PagedLlama(..., batch_invariant=True)` with `EngineConfig(batch_invariant=True)` runs every
-# reduction in one order whatever the batch: one matmul kernel and tile per weight for every
-# row count (no cuBLAS, no split K), attention in fixed 256-position splits merged in order,
+# reduction in one order whatever the batch: one matmul kernel for every row count (no cuBLAS,
+# no split K; its tile grows with the rows, each tile walking K in the same order), attention in fixed 256-position splits merged in order,
 # prefill and decode attention in one kernel, so a request's tokens depend on its prompt,
 # parameters and seed alone. Its checks (table `batch_invariance`): a probe's logits alone and
 # at a random row of batches of 1 to 256, in every graph bucket, from one prefill, two chunks
