@@ -58,7 +58,8 @@ def _cache(gen, blocks: int, hkv: int = 2, bs: int = 16, d: int = 16):
 
 def attention() -> None:
     """Rows of contexts 1 to 700 (up to three splits): each alone equals its row in the batch,
-    in a wider block table, and the reference within fp32 rounding."""
+    in a wider block table, with any number of lanes, and the reference within fp32
+    rounding."""
     from decodelab.model.attention import paged_decode_attention_ref
     from decodelab.model.triton import invariant
 
@@ -74,6 +75,13 @@ def attention() -> None:
     assert _rel(full, ref) < RTOL, _rel(full, ref)
     wider = torch.cat([tables, tables[:, :20]], dim=1)  # 64 columns: more (empty) splits
     assert torch.equal(invariant.decode_attention(q, k, v, wider, lens, scale), full)
+    lanes = invariant.split_lanes
+    for fixed in (1, 2):  # one program per row and head walks every split, or every other one
+        invariant.split_lanes = lambda programs, splits, sms, fixed=fixed: fixed
+        try:
+            assert torch.equal(invariant.decode_attention(q, k, v, wider, lens, scale), full)
+        finally:
+            invariant.split_lanes = lanes
     for i in range(5):
         alone = invariant.decode_attention(q[i:i + 1], k, v, tables[i:i + 1], lens[i:i + 1],
                                            scale)
@@ -98,6 +106,12 @@ def prefill() -> None:
     got = invariant.prefill_attention(q, k, v, tables, qs, st, scale, max(lens))
     ref = paged_prefill_attention_ref(q, k, v, tables, qs, st, scale)
     assert _rel(got, ref) < RTOL, _rel(got, ref)
+    lanes, invariant.split_lanes = invariant.split_lanes, lambda programs, splits, sms: 1
+    try:  # every split of a token block from one program
+        assert torch.equal(invariant.prefill_attention(q, k, v, tables, qs, st, scale,
+                                                       max(lens)), got)
+    finally:
+        invariant.split_lanes = lanes
     for c, (n, s) in enumerate(zip(lens, starts, strict=True)):
         for j in sorted({0, 1, 31, 32, n // 2, n - 1} & set(range(n))):  # 32: its 2nd program
             t = int(qs[c]) + j

@@ -18,8 +18,10 @@ the context in a number of parts chosen from the batch. Here:
   context length and K/V alone, not on the batch nor the block table's width. A program
   holds ROWS query rows: the GQA group of one token in decode, of up to ROWS // group tokens
   of one chunk in prefill (they share the K/V tile loads; a position past a token's context
-  is masked). A row's products and reductions are the same instructions in either case, so
-  prefill and decode give a position the same bits.
+  is masked), and walks every lanes-th split its rows use (``split_lanes``: few lanes at
+  large batches, so no program waits on a split past every row's context). A row's products
+  and reductions are the same instructions in either case, so prefill and decode give a
+  position the same bits.
 
 Norms, RoPE, the cache write and the SwiGLU product are per-row kernels already
 (``fused``): invariant as they are; the SwiGLU product runs before the matmul, not fused in.
@@ -45,6 +47,7 @@ STAGES = 4
 WIDE_N = 4096  # weights with more output columns (or K) take wider tiles (``matmul_tile``)
 SPLIT = 256  # context positions per attention split
 MERGE_LANES = tl.constexpr(16)  # splits per merge load: 4,096 positions at once
+LANE_WAVES = 4  # attention programs per SM that ``split_lanes`` aims for
 ROWS = 64  # query rows per attention program, decode and prefill alike (one compiled kernel)
 ATTN = attention_plan.LaunchConfig(tile=64, stages=3, warps=4)
 
@@ -118,20 +121,23 @@ def _attn_rows_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, qs_ptr, starts_ptr,
                       GPOW: tl.constexpr, ROWS: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
                       TILE: tl.constexpr, SPLIT: tl.constexpr, STAGES: tl.constexpr,
                       PRECISION: tl.constexpr, DECODE: tl.constexpr, PDL: tl.constexpr):
-    """One program per (block of query tokens of one sequence, KV head, split): ROWS rows, the
-    GQA group of each of ROWS // GPOW tokens, walk the split's positions in TILE tiles and
-    write each row's partials (m, l, acc). A row's numbers depend on its query, its context
-    and the K/V alone: the other rows only share the tile loads (a position past a row's
-    context is masked to -inf, so a tile the row does not need adds exact zeros). DECODE:
-    block b is token b over table row b, context lens[b]; else block b is part b % per_chunk
-    of chunk b // per_chunk (its tokens query_starts[c] + ..., contexts starts[c] + j + 1),
-    and each token's context is written to ctx for the merge. ``splits`` (the partials' row
-    length) is a run-time value: a prefill pack's table width changes with its longest
-    context, and a compile-time one would compile the kernel again for every 256 positions."""
+    """One program per (block of query tokens of one sequence, KV head, lane): ROWS rows, the
+    GQA group of each of ROWS // GPOW tokens; lane j of J computes the splits j, j + J, ... its
+    rows use, each from fresh (m, l, acc) over the split's positions in TILE tiles, and writes
+    each row's partials. Which program computes a split changes nothing in it, so J is free:
+    the host picks it to fill the GPU (``split_lanes``) without programs for splits no row
+    uses. A row's numbers depend on its query, its context and the K/V alone: the other rows
+    only share the tile loads (a position past a row's context is masked to -inf, so a tile
+    the row does not need adds exact zeros). DECODE: block b is token b over table row b,
+    context lens[b]; else block b is part b % per_chunk of chunk b // per_chunk (its tokens
+    query_starts[c] + ..., contexts starts[c] + j + 1), and each token's context is written to
+    ctx for the merge. ``splits`` (the partials' row length) is a run-time value: a prefill
+    pack's table width changes with its longest context, and a compile-time one would compile
+    the kernel again for every 256 positions."""
     _pdl_enter(PDL)  # q and the newest K/V come from the kernels before
     blk = tl.program_id(0)
     kvh = tl.program_id(1)
-    split = tl.program_id(2)
+    lane = tl.program_id(2)
     r = tl.arange(0, ROWS)
     tok = r // GPOW
     g = r % GPOW
@@ -147,35 +153,36 @@ def _attn_rows_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, qs_ptr, starts_ptr,
         token = first + tok
         live = token < tl.load(qs_ptr + table + 1)
         ctx = tl.where(live, tl.load(starts_ptr + table) + token - q0 + 1, 0)
-        if split == 0 and kvh == 0:
+        if lane == 0 and kvh == 0:
             tl.store(ctx_ptr + token, ctx, mask=live & (g == 0))
     rmask = live & (g < G)
-    start = split * SPLIT
-    end = tl.minimum(start + SPLIT, ctx)  # (ROWS,) past a row's context: masked
-    last = tl.max(end, axis=0)
     d = tl.arange(0, D)
     heads = kvh * G + g
     q = tl.load(q_ptr + token.to(tl.int64)[:, None] * stride_qt + heads[:, None] * stride_qh
                 + d[None, :], mask=rmask[:, None], other=0.0)  # (ROWS, D)
-    m_i = tl.full([ROWS], float("-inf"), tl.float32)
-    l_i = tl.zeros([ROWS], tl.float32)
-    acc = tl.zeros([ROWS, D], tl.float32)
     kv_head = k_ptr + kvh * stride_kh
     v_head = v_ptr + kvh * stride_kh
-    n_tiles = tl.cdiv(tl.maximum(last - start, 0), TILE)
-    for i in tl.range(0, n_tiles, num_stages=STAGES):
-        t = start + i * TILE + tl.arange(0, TILE)
-        tmask = t < last
-        k, v = kv_tile(kv_head, v_head, bt_ptr + table * stride_bt, t, tmask, d, stride_kb,
-                       stride_kt, BS)
-        m_i, l_i, acc = softmax_tile(q, k, v, t[None, :] < end[:, None], m_i, l_i, acc,
-                                     scale_log2, PRECISION)  # past a row's context: masked
     H = tl.num_programs(1) * G
-    part = (token.to(tl.int64) * H + heads) * splits + split
-    used = rmask & (start < ctx)
-    tl.store(m_ptr + part, m_i, mask=used)
-    tl.store(l_ptr + part, l_i, mask=used)
-    tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=used[:, None])
+    row_part = (token.to(tl.int64) * H + heads) * splits
+    for split in range(lane, tl.cdiv(tl.max(ctx, axis=0), SPLIT), tl.num_programs(2)):
+        start = split * SPLIT
+        end = tl.minimum(start + SPLIT, ctx)  # (ROWS,) past a row's context: masked
+        last = tl.max(end, axis=0)
+        m_i = tl.full([ROWS], float("-inf"), tl.float32)
+        l_i = tl.zeros([ROWS], tl.float32)
+        acc = tl.zeros([ROWS, D], tl.float32)
+        for i in tl.range(0, tl.cdiv(tl.maximum(last - start, 0), TILE), num_stages=STAGES):
+            t = start + i * TILE + tl.arange(0, TILE)
+            tmask = t < last
+            k, v = kv_tile(kv_head, v_head, bt_ptr + table * stride_bt, t, tmask, d,
+                           stride_kb, stride_kt, BS)
+            m_i, l_i, acc = softmax_tile(q, k, v, t[None, :] < end[:, None], m_i, l_i, acc,
+                                         scale_log2, PRECISION)  # past a row's context: masked
+        part = row_part + split
+        used = rmask & (start < ctx)
+        tl.store(m_ptr + part, m_i, mask=used)
+        tl.store(l_ptr + part, l_i, mask=used)
+        tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=used[:, None])
 
 
 @triton.jit
@@ -193,6 +200,15 @@ def _merge_splits_in_order_kernel(m_ptr, l_ptr, acc_ptr, lens_ptr, out_ptr, spli
                        MERGE_LANES)
     tl.store(out_ptr + b * stride_ob + h * stride_oh + tl.arange(0, D),
              o.to(out_ptr.dtype.element_ty))
+
+
+def split_lanes(programs: int, splits: int, sms: int) -> int:
+    """Programs per (token block, KV head) along the splits: enough for about LANE_WAVES
+    programs per SM, at most one per split of the widest table row. Each computes every
+    lanes-th split its rows use, so a graph captured for a table of 545 blocks (8,712
+    positions, 35 splits) runs no program for the splits past a batch's contexts; the lanes
+    change which program computes a split, never its bits."""
+    return max(1, min(splits, -(-LANE_WAVES * sms // programs)))
 
 
 def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -223,7 +239,8 @@ def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     # the K/V tiles fit what the query tile (ROWS rows, in shared memory for the dot) leaves
     launch = attention_plan.fitted(ATTN, row_bytes, None if shared is None
                                    else shared - ROWS * row_bytes - 1024)
-    _attn_rows_kernel[(blocks, hkv, splits)](
+    lanes = split_lanes(blocks * hkv, splits, attention_plan.sm_count(q.device))
+    _attn_rows_kernel[(blocks, hkv, lanes)](
         q, k_cache, v_cache, block_tables, ctx, query_starts if not decode else ctx,
         starts if not decode else ctx, ctx, m, lsum, acc, scale * 1.4426950408889634, per_chunk,
         splits, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
