@@ -11,6 +11,7 @@ from decodelab.core.precision import BYTES, DTYPES, resolve_dtype
 from decodelab.core.sizing import Device, Fitted, Option, fit
 from decodelab.core.validate import check_choice, check_int, check_int_list
 from decodelab.model import memory
+from decodelab.model.block_pool import blocks_needed
 from decodelab.model.config import named_config
 from decodelab.model.kv_cache import PagedKVCache
 from decodelab.model.llama import PagedLlama
@@ -51,16 +52,20 @@ class InvarianceConfig:
     @property
     def width(self) -> int:
         """Block-table width of the checks: the longest context."""
-        return -(-self.max_context // self.block_size)
+        return blocks_needed(self.max_context, self.block_size)
 
     @property
     def check_blocks(self) -> int:
         """The checks' pool: every batch row at the longest context."""
         return max(self.batches) * self.width + 64
 
+    def cost_width(self, context: int) -> int:
+        """Block-table width of the decode cost at ``context``: one block to grow into."""
+        return blocks_needed(context, self.block_size) + 1
+
     def cost_blocks(self, context: int) -> int:
         """The decode cost's pool at ``context``: the largest cost batch there."""
-        return max(self.cost_batches) * (-(-context // self.block_size) + 1)
+        return max(self.cost_batches) * self.cost_width(context)
 
     def on_device(self, dtype: str, device: Device | None) -> Fitted[InvarianceConfig]:
         """This config on ``device`` (None: the CPU): ``dtype`` resolved there, the cost's

@@ -13,6 +13,7 @@ import torch
 
 from decodelab.core.timing import TimingConfig, time_cuda, time_graph_replays
 from decodelab.engine.bench.invariance_config import NAN, InvarianceConfig, build_model
+from decodelab.model.block_pool import blocks_needed
 from decodelab.model.graphs import DecodeGraphs
 from decodelab.model.kv_cache import slots_at
 from decodelab.model.llama import PagedLlama
@@ -43,7 +44,7 @@ def step_costs(cfg: InvarianceConfig) -> list[InvarianceCostRow]:
     bs = cfg.block_size
     out = []
     for context in cfg.cost_contexts:
-        width = -(-context // bs) + 1
+        width = cfg.cost_width(context)
         times = {}
         for invariant in (False, True):
             model = build_model(cfg, None, invariant, cfg.cost_blocks(context))
@@ -70,7 +71,7 @@ def step_costs(cfg: InvarianceConfig) -> list[InvarianceCostRow]:
     longest = max(cfg.cost_prompts)
     times = {}
     for invariant in (False, True):
-        model = build_model(cfg, None, invariant, -(-longest // bs))
+        model = build_model(cfg, None, invariant, blocks_needed(longest, bs))
         table = list(range(model.cache.num_blocks))
         for n in cfg.cost_prompts:
             prompt = [rng.randrange(model.config.vocab_size) for _ in range(n)]
