@@ -80,7 +80,7 @@ def test_a_row_is_the_same_bits_in_every_matmul_tile(n, k):
     x = torch.randn((1100, k), generator=gen, device="cuda").bfloat16()
     shared = attention_plan.shared_per_block(w.device)
     alone = torch.cat([invariant.matmul(x[i:i + 1], w) for i in range(0, 1100, 37)])
-    tiles = {invariant.matmul_tile(rows, n, k) for rows in (1, 65, 129, 257, 1025)}
+    tiles = {invariant.matmul_tile(rows, n, k) for rows in (1, 65, 129, 193, 257, 1025)}
     assert len(tiles) >= 2, tiles  # the rule does change the tile with the rows
     for tile in tiles:
         stages = invariant.stages_for(*tile[:3], w.element_size(), shared)
@@ -88,3 +88,40 @@ def test_a_row_is_the_same_bits_in_every_matmul_tile(n, k):
             y = skinny.tiled(x[:rows], w, (tile.block_n, tile.block_k, tile.warps, stages),
                              tile.block_m)
             assert torch.equal(y[::37], alone[:len(y[::37])]), (tile, rows)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_invariant_kernels_are_as_close_to_the_references_as_the_default_ones(dtype):
+    """Decode (16 rows per program) and prefill (64) attention on the invariant kernel against
+    the torch references, and the invariant model's logits against transformers: within the
+    bounds the default kernels meet (``compare``)."""
+    pytest.importorskip("transformers")
+    from prefill_cases import paged_case
+
+    from decodelab.model import compare
+    from decodelab.model.attention import paged_decode_attention_ref, paged_prefill_attention_ref
+    from decodelab.model.bench import checks, peers
+    from decodelab.model.config import named_config
+    from decodelab.model.kv_cache import PagedKVCache
+    from decodelab.model.llama import PagedLlama
+    from decodelab.model.triton import invariant
+    from decodelab.model.weights import from_state_dict, random_state_dict
+
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    for lens, starts in (([2000], [0]), ([1, 17, 300, 64], [0, 40, 3000, 5])):
+        args = paged_case(gen, lens, starts, 8, 4, 64, 16, dtype)
+        got = invariant.prefill_attention(*args, max(lens))
+        assert compare.rel_err(got, paged_prefill_attention_ref(*args)) <= compare.TRITON_RTOL
+        q, k, v, tables, query_starts, _, scale = args
+        last = query_starts[1:] - 1  # each chunk's last token, as a decode row
+        ctx = torch.tensor([s + n for s, n in zip(starts, lens, strict=True)],
+                           dtype=torch.int32, device="cuda")
+        want = paged_decode_attention_ref(q[last], k, v, tables, ctx, scale)
+        got = invariant.decode_attention(q[last], k, v, tables, ctx, scale)
+        assert compare.rel_err(got, want) <= compare.TRITON_RTOL, (lens, starts)
+    config = named_config("tiny", num_layers=4)
+    sd = random_state_dict(config, seed=3, dtype=dtype, device="cuda")
+    cache = PagedKVCache(config, 512, 16, dtype=dtype, device="cuda")
+    model = PagedLlama(config, from_state_dict(config, sd, dtype=dtype, device="cuda"), cache,
+                       batch_invariant=True)
+    assert checks.check_hf(model, peers.hf_model(config, sd, model.device)) <= compare.HF_BF16_RTOL

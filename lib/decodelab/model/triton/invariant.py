@@ -16,12 +16,13 @@ the context in a number of parts chosen from the batch. Here:
   each walked in fixed tiles, and the splits a row uses are merged in split order, a fixed
   number per load (``_merge_splits_in_order_kernel``), so the result depends on the row's
   context length and K/V alone, not on the batch nor the block table's width. A program
-  holds ROWS query rows: the GQA group of one token in decode, of up to ROWS // group tokens
-  of one chunk in prefill (they share the K/V tile loads; a position past a token's context
-  is masked), and walks every lanes-th split its rows use (``split_lanes``: few lanes at
-  large batches, so no program waits on a split past every row's context). A row's products
-  and reductions are the same instructions in either case, so prefill and decode give a
-  position the same bits.
+  holds DECODE_ROWS query rows in decode (one token's GQA group, padded), ROWS in prefill
+  (the groups of up to ROWS // group tokens of one chunk, which share the K/V tile loads; a
+  position past a token's context is masked), and walks every lanes-th split its rows use
+  (``split_lanes``: few lanes at large batches, so no program waits on a split past every
+  row's context). Its reductions across positions are tensor-core products (the row sums
+  too, ``_softmax_tile``) and maxima, whose bits do not follow the rows per program, so
+  prefill and decode give a position the same bits.
 
 Norms, RoPE, the cache write and the SwiGLU product are per-row kernels already
 (``fused``): invariant as they are; the SwiGLU product runs before the matmul, not fused in.
@@ -39,16 +40,18 @@ import triton
 import triton.language as tl
 
 from decodelab.model.triton import attention_plan, skinny
-from decodelab.model.triton.attention import kv_tile, merge_partials, softmax_tile
+from decodelab.model.triton.attention import kv_tile, merge_partials
 from decodelab.model.triton.pdl import enter as _pdl_enter
 from decodelab.model.triton.pdl import launch_kw
 
 STAGES = 4
 WIDE_N = 4096  # weights with more output columns (or K) take wider tiles (``matmul_tile``)
+SMALL_N = 2048  # and those with at most this many, narrower decode tiles
 SPLIT = 256  # context positions per attention split
 MERGE_LANES = tl.constexpr(16)  # splits per merge load: 4,096 positions at once
-LANE_WAVES = 4  # attention programs per SM that ``split_lanes`` aims for
-ROWS = 64  # query rows per attention program, decode and prefill alike (one compiled kernel)
+LANE_WAVES = 16  # attention programs per SM that ``split_lanes`` aims for (4: slower)
+ROWS = 64  # query rows per prefill attention program
+DECODE_ROWS = 16  # and per decode program: one token's GQA group, the smallest tensor-core tile
 ATTN = attention_plan.LaunchConfig(tile=64, stages=3, warps=4)
 
 
@@ -64,25 +67,32 @@ def matmul_tile(rows: int, n: int, k: int) -> MatmulTile:
     row's bits: every tile walks K from 0 in order, chaining the same 16-wide tensor-core
     products into one fp32 accumulator, and a row's products do not depend on the rows beside
     it. Measured on an H200 (bf16): every row of every Llama-3.2-1B shape the same bits under
-    each of 23 tiles of 64-256 rows x 32-256 columns x K chunks of 64-128 (4,096 rows).
-    Chosen from the same sweep:
+    each of 23 tiles of 64-256 rows x 32-256 columns x K chunks of 64-128 (4,096 rows), and
+    under each of 84 tiles of 16-256 rows x 16-128 columns x K chunks of 64-256 (64 rows).
+    Chosen from those sweeps (the second in CUDA graphs at 32-256 rows):
 
-    - up to 64 rows (decode): narrow tiles with long K chunks where N is small (more programs
-      in flight to stream the weight), wide ones where N is large;
+    - up to 64 rows (decode): narrow tiles with long K chunks where N is small, 16 columns
+      where N is at most SMALL_N (more programs in flight to stream the weight: down at 64
+      rows 13.8 against 17.5 µs in 32 columns, o 5.4 against 6.4), wide ones where N is large;
     - the LM head and gate|up: 128-row tiles at 65-128 rows, 256 above (LM head at 256 rows
       255 against 526 µs in 64-row tiles);
-    - qkv, o and down up to 256 rows (decode): the decode tile, down in 128 rows from 129;
+    - qkv, o and down at 65-256 rows: 64 x 32 tiles; K chunks of 256 for down at 65-128 rows
+      (17.5 against 19.8 µs), of 64 for qkv above 128 (12.4 against 16.0 at 192 rows); down
+      in 128 rows above 192;
     - above 256 rows (prefill packs): 128 x 128 tiles with K chunks of 64, 256 rows for down
       above 1,024 (at 4,096 rows qkv 143 against 223 µs in decode tiles, o 94 against 165,
       down 244 against 477; cuBLAS 86, 62, 195)."""
-    wide = n > WIDE_N
+    wide, long_k = n > WIDE_N, k > WIDE_N
     if rows <= 64:
-        return MatmulTile(64, *((128, 64) if wide else (32, 128)), 4)
+        return MatmulTile(64, *((128, 64) if wide else (16 if n <= SMALL_N else 32, 128)), 4)
     if wide:
         return MatmulTile(128 if rows <= 128 else 256, 128, 64, 8)
+    if rows <= 128:
+        return MatmulTile(64, 32, 256 if long_k else 128, 4)
     if rows <= 256:
-        return MatmulTile(128 if k > WIDE_N and rows > 128 else 64, 32, 128, 4)
-    return MatmulTile(256 if k > WIDE_N and rows > 1024 else 128, 128, 64, 8)
+        return MatmulTile(128 if long_k and rows > 192 else 64, 32,
+                          64 if n > SMALL_N and not long_k else 128, 4)
+    return MatmulTile(256 if long_k and rows > 1024 else 128, 128, 64, 8)
 
 
 def stages_for(block_m: int, block_n: int, block_k: int, elem_bytes: int, shared: int | None
@@ -112,6 +122,25 @@ def matmul(x: torch.Tensor, w: torch.Tensor, *, pdl: bool = False) -> torch.Tens
                         attention_plan.shared_per_block(w.device))
     return skinny.tiled(x, w, (tile.block_n, tile.block_k, tile.warps, stages), tile.block_m,
                         pdl=pdl)
+
+
+@triton.jit
+def _softmax_tile(q, k, v, valid, m_i, l_i, acc, scale_log2, PRECISION: tl.constexpr):
+    """``attention.softmax_tile`` with the row sums taken by the tensor cores (p in v's dtype
+    against a tile of ones, as p @ v takes it): a tl.sum's order follows the register layout,
+    which the rows per program change (16 and 64 rows gave other bits in 7 of 40 batches on
+    an H200), while a dot chains its products in the same order for any number of rows."""
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (rows, TILE), fp32 accumulate
+    s = tl.where(valid, s * scale_log2, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_use)
+    p = tl.exp2(s - m_use[:, None]).to(v.dtype)
+    ones = tl.full((v.shape[0], 16), 1.0, v.dtype)
+    # 16 equal columns: their max is the sum, exactly
+    l_i = l_i * alpha + tl.max(tl.dot(p, ones, input_precision=PRECISION), axis=1)
+    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
+    return m_new, l_i, acc
 
 
 @triton.jit
@@ -176,8 +205,8 @@ def _attn_rows_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, qs_ptr, starts_ptr,
             tmask = t < last
             k, v = kv_tile(kv_head, v_head, bt_ptr + table * stride_bt, t, tmask, d,
                            stride_kb, stride_kt, BS)
-            m_i, l_i, acc = softmax_tile(q, k, v, t[None, :] < end[:, None], m_i, l_i, acc,
-                                         scale_log2, PRECISION)  # past a row's context: masked
+            m_i, l_i, acc = _softmax_tile(q, k, v, t[None, :] < end[:, None], m_i, l_i, acc,
+                                          scale_log2, PRECISION)  # past a row's context: masked
         part = row_part + split
         used = rmask & (start < ctx)
         tl.store(m_ptr + part, m_i, mask=used)
@@ -221,30 +250,31 @@ def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     _, hkv, bs, _ = k_cache.shape
     group = h // hkv
     gpow = triton.next_power_of_2(group)
+    decode = lens is not None
+    rows = max(DECODE_ROWS, gpow) if decode else ROWS
     if d & (d - 1) or d < 16 or gpow > ROWS or k_cache.stride(3) != 1 or q.stride(2) != 1:
         raise ValueError(f"invariant attention: head_dim {d} (a power of two >= 16), query "
                          f"group {group} (at most {ROWS}), contiguous last dims")
     splits = triton.cdiv(block_tables.shape[1] * bs, SPLIT)  # the widest row's
-    decode = lens is not None
     if decode:
         blocks, per_chunk, ctx = t, 1, lens
     else:
-        per_chunk = triton.cdiv(max_query_len, ROWS // gpow)
+        per_chunk = triton.cdiv(max_query_len, rows // gpow)
         blocks = (query_starts.numel() - 1) * per_chunk
         ctx = torch.empty(t, dtype=torch.int32, device=q.device)
     m = torch.empty((t, h, splits), dtype=torch.float32, device=q.device)
     lsum = torch.empty_like(m)
     acc = torch.empty((t, h, splits, d), dtype=torch.float32, device=q.device)
     row_bytes, shared = d * k_cache.element_size(), attention_plan.shared_per_block(q.device)
-    # the K/V tiles fit what the query tile (ROWS rows, in shared memory for the dot) leaves
+    # the K/V tiles fit what the query tile (in shared memory for the dot) leaves
     launch = attention_plan.fitted(ATTN, row_bytes, None if shared is None
-                                   else shared - ROWS * row_bytes - 1024)
+                                   else shared - rows * row_bytes - 1024)
     lanes = split_lanes(blocks * hkv, splits, attention_plan.sm_count(q.device))
     _attn_rows_kernel[(blocks, hkv, lanes)](
         q, k_cache, v_cache, block_tables, ctx, query_starts if not decode else ctx,
         starts if not decode else ctx, ctx, m, lsum, acc, scale * 1.4426950408889634, per_chunk,
         splits, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
-        k_cache.stride(2), block_tables.stride(0), G=group, GPOW=gpow, ROWS=ROWS, D=d, BS=bs,
+        k_cache.stride(2), block_tables.stride(0), G=group, GPOW=gpow, ROWS=rows, D=d, BS=bs,
         TILE=launch.tile, SPLIT=SPLIT, STAGES=launch.stages,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", DECODE=decode, PDL=pdl,
         num_warps=launch.warps, **launch_kw(pdl))
