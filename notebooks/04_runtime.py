@@ -322,7 +322,28 @@ if "serve_online" in serve:
 
 # %%
 display(Markdown(notebook_gpu.invariance_summary(grids)))
-#
+
+# %% [markdown]
+# The matmul's tile may follow the rows only because no tile changes a row's bits. Table
+# `batch_invariance_tiles` is the evidence: every candidate tile on each weight, a sample of
+# rows of a large batch compared bit for bit with those rows computed alone, and each tile
+# timed against cuBLAS at each row count. Below, per weight and row count, the tile the rule
+# picks against the fastest tile whose rows were the same bits, and against cuBLAS (the
+# default kernels' matmul, which is what the switch gives up).
+
+# %%
+if "batch_invariance_tiles" in grids:
+    for origin, sweep in grids["batch_invariance_tiles"].groupby("origin", sort=False):
+        display(Markdown(f"**{plots.origin_label(origin)}** (device µs per call):"))
+        view = notebook_gpu.tile_rule_view(sweep)
+        display(show_table(view, units={**{c: "us" for c in view.columns if "µs" in c},
+                                        "picked / fastest": "ratio",
+                                        "picked / cuBLAS": "ratio"}))
+else:
+    display(Markdown("No tile sweep is stored yet: `python -m decodelab bench runtime "
+                     "--profile gpu` writes it on a GPU."))
+
+# %% [markdown]
 # ## Problems this engine handles (the runtime page's table)
 #
 # | problem | what the engine does | where it shows |

@@ -167,7 +167,36 @@ def model() -> None:
             pool.free(table)
 
 
-CHECKS = {"matmul": matmul, "attention": attention, "prefill": prefill, "model": model}
+def tiles() -> None:
+    """The tile sweep's rows (``batch_invariance_tiles``) on a narrow and a wide weight: every
+    candidate the same bits as rows alone, the rule's tile marked at each row count, a time
+    for each timed (tile, rows) beside the stand-in cuBLAS time. Here numpy sums a K chunk's
+    products, so only tiles of the rule's K chunk give the same bits (on the GPU every chunk
+    chains the same 16-wide products, which the table shows): the grid keeps that chunk."""
+    from decodelab.engine.bench import invariance_tiles as it
+    from decodelab.model.triton import invariant
+
+    gen = torch.Generator().manual_seed(2)
+    for n, k, chunk in ((80, 96, 128), (4100, 130, 64)):
+        cfg = it.TileSweepConfig(rows=(3, 70), block_m=(16, 64), block_n=(16, 64, 128),
+                                 block_k=(chunk,), checked_rows=5)
+        w = torch.randn((n, k), generator=gen) / k ** 0.5
+        rows = it.sweep_weight("w", w, cfg, lambda fn: (fn(), 2.0)[1])
+        assert rows and all(r.same_bits for r in rows), [r for r in rows if not r.same_bits]
+        assert {r.block_k for r in rows} == {chunk}
+        assert {r.block_n for r in rows} == ({16, 32, 64, 128} if n < 4096 else {64, 128})
+        for count in cfg.rows:
+            picked = [r for r in rows if r.rows == count and r.picked]
+            assert len(picked) == 1, (n, count, picked)
+            r = picked[0]
+            assert invariant.matmul_tile(count, n, k) == (r.block_m, r.block_n, r.block_k,
+                                                          r.warps)
+        assert {r.x_cublas for r in rows} == {1.0}
+        assert all(it.timed_at(r.block_m, r.rows) for r in rows)
+
+
+CHECKS = {"matmul": matmul, "attention": attention, "prefill": prefill, "model": model,
+          "tiles": tiles}
 
 if __name__ == "__main__":
     _scalar_loop_bounds()

@@ -77,3 +77,25 @@ def test_the_invariance_checks_run_end_to_end_on_a_cpu_stand_in():
     rows = invariance.engine_checks(cfg, model)
     assert [(r.check, r.batch, r.compared) for r in rows] == [("engine_tokens", 3, 3)] * 2
     assert all("tokens" in r.detail and "preemptions" in r.detail for r in rows)
+
+
+def test_the_tile_sweep_tries_every_tile_the_rule_picks_on_the_model_weights():
+    """``batch_invariance_tiles`` covers the rule: its grid holds every tile
+    ``invariant.matmul_tile`` picks at the sweep's rows, and times each there."""
+    from decodelab.engine.bench import invariance_tiles as it
+    from decodelab.model.config import named_config
+    from decodelab.model.triton import invariant
+
+    shapes = it.weight_shapes(named_config("llama-3.2-1b"))
+    assert shapes == {"qkv": (3072, 2048), "o": (2048, 2048), "gate_up": (16384, 2048),
+                      "down": (2048, 8192), "lm_head": (128256, 2048)}
+    cfg = it.TileSweepConfig()
+    for n, k in shapes.values():
+        tiles = it.candidates(n, k, cfg)
+        picks = {rows: invariant.matmul_tile(rows, n, k) for rows in cfg.rows}
+        assert set(picks.values()) <= set(tiles)
+        assert all(it.timed_at(tile.block_m, rows) for rows, tile in picks.items())
+        assert all(t.block_m * t.block_n <= it.MAX_TILE for t in tiles)
+        assert n <= invariant.WIDE_N or min(t.block_n for t in tiles) >= 64
+        assert all(any(it.timed_at(t.block_m, rows) for rows in cfg.rows) for t in tiles)
+    assert it.timed_at(64, 32) and not it.timed_at(256, 64) and not it.timed_at(16, 4096)

@@ -1,5 +1,5 @@
-"""Notebook 04_runtime's summaries of the GPU-only tables (batch invariance, the sampler grid),
-on small frames of the tables' shape and on the shipped H200 reference."""
+"""Notebook 04_runtime's summaries of the GPU-only tables (batch invariance, its matmul tiles,
+the sampler grid), on small frames of the tables' shape and on the shipped H200 reference."""
 
 import pandas as pd
 
@@ -35,6 +35,29 @@ def test_the_sampler_grid_view_ranks_the_fused_sampler_against_the_fastest_other
     assert view.loc["plain", "fused / best other"] == 40.0 / 150.0
     assert view.loc["p0.9", "fused / best other"] == 360.0 / 270.0
     assert list(view.index) == ["plain", "p0.9"]
+
+
+def test_the_tile_view_sets_the_rules_pick_against_the_fastest_same_bits_tile():
+    from decodelab.plots import show_table
+
+    def row(bm, rows, us, same=True, picked=False):
+        return {"origin": "local", "weight": "o", "rows": rows, "block_m": bm, "block_n": 32,
+                "block_k": 128, "warps": 4, "same_bits": same, "tile_us": us,
+                "cublas_us": 5.0, "x_cublas": us / 5.0, "picked": picked}
+
+    tiles = pd.DataFrame([row(64, 32, 6.0, picked=True), row(16, 32, 4.0, same=False),
+                          row(32, 32, 5.5), row(64, 256, 9.0, picked=True), row(16, 256, 12.0,
+                                                                                same=False)])
+    view = nb.tile_rule_view(tiles).set_index("rows")
+    assert view.loc[32, "fastest"] == "32x32x128/4"  # the faster 16-row tile differs in bits
+    assert view.loc[32, "picked / fastest"] == 6.0 / 5.5
+    assert view.loc[256, "fastest"] == view.loc[256, "picked"] == "64x32x128/4"
+    assert view.loc[32, "picked / cuBLAS"] == 6.0 / 5.0
+    assert set(view["same bits"]) == {"2/3"}  # three tiles, one of them not the same bits
+    html = show_table(view.reset_index(), units={"picked µs": "us", "fastest µs": "us",
+                                                 "cuBLAS µs": "us", "picked / fastest": "ratio",
+                                                 "picked / cuBLAS": "ratio"}).to_html()
+    assert "32x32x128/4" in html
 
 
 def test_the_shipped_h200_tables_summarise():

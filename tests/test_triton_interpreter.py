@@ -70,8 +70,9 @@ def test_fused_sampler_penalties_exact_passes_and_gpu_sizes():
 def test_batch_invariant_kernels_give_a_row_the_same_bits_in_any_batch():
     """The batch-invariant matmul (one and 70 rows, SwiGLU), decode attention (contexts over
     up to three fixed splits, a wider block table) and prefill through the decode kernel: a
-    row alone = its row in a batch, bitwise; the references within fp32 rounding."""
-    checks = ("matmul", "attention", "prefill")
+    row alone = its row in a batch, bitwise; the references within fp32 rounding. The tile
+    sweep's rows (``batch_invariance_tiles``) on a narrow and a wide weight."""
+    checks = ("matmul", "attention", "prefill", "tiles")
     out = _run(*checks, script="invariant_interp_checks.py")
     assert out.splitlines() == [f"{c}: ok" for c in checks]
 

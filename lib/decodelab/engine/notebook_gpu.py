@@ -1,11 +1,12 @@
-"""Notebook 04_runtime's summaries of the tables only a GPU writes: the batch-invariance checks
-and costs, and the sampler grid (on a CPU machine, the shipped reference's copies)."""
+"""Notebook 04_runtime's summaries of the tables only a GPU writes: the batch-invariance checks,
+costs and matmul tiles, and the sampler grid (on a CPU machine, the shipped reference's
+copies)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-TABLES = ("batch_invariance", "batch_invariance_cost", "sampler_grid")
+TABLES = ("batch_invariance", "batch_invariance_cost", "batch_invariance_tiles", "sampler_grid")
 
 
 def load_tables() -> dict[str, pd.DataFrame]:
@@ -57,3 +58,26 @@ def sampler_grid_view(grid: pd.DataFrame, batch: int, vocab: int) -> pd.DataFram
     others = wide.drop(columns="fused")
     view = wide.assign(**{"fused / best other": wide["fused"] / others.min(axis=1)})
     return view.reset_index()
+
+
+def tile_rule_view(tiles: pd.DataFrame) -> pd.DataFrame:
+    """Per weight and row count of one origin's ``batch_invariance_tiles``: the tile the rule
+    picks, its µs, the fastest tile whose rows were the same bits (and its µs), cuBLAS's, and
+    the pick against both; ``same bits``: tiles of that weight the same bits / tried."""
+    same = tiles.drop_duplicates(["weight", "block_m", "block_n", "block_k", "warps"]).groupby(
+        "weight", sort=False)["same_bits"].agg(lambda s: f"{int(s.sum())}/{len(s)}")
+    name = tiles["block_m"].astype(str) + "x" + tiles["block_n"].astype(str) + "x" + tiles[
+        "block_k"].astype(str) + "/" + tiles["warps"].astype(str)
+    tiles = tiles.assign(tile=name)
+    rows = []
+    for (weight, count), g in tiles.groupby(["weight", "rows"], sort=False):
+        picked, same_bits = g[g["picked"]], g[g["same_bits"]]
+        if picked.empty or same_bits.empty:
+            continue  # a sweep cut short: nothing to set the pick against
+        pick, best = picked.iloc[0], same_bits.sort_values("tile_us").iloc[0]
+        rows.append({"weight": weight, "rows": count, "picked": pick["tile"],
+                     "picked µs": pick["tile_us"], "fastest": best["tile"],
+                     "fastest µs": best["tile_us"], "cuBLAS µs": pick["cublas_us"],
+                     "picked / fastest": pick["tile_us"] / best["tile_us"],
+                     "picked / cuBLAS": pick["x_cublas"], "same bits": same[weight]})
+    return pd.DataFrame(rows)

@@ -49,7 +49,7 @@ WIDE_N = 4096  # weights with more output columns (or K) take wider tiles (``mat
 SMALL_N = 2048  # and those with at most this many, narrower decode tiles
 SPLIT = 256  # context positions per attention split
 MERGE_LANES = tl.constexpr(16)  # splits per merge load: 4,096 positions at once
-LANE_WAVES = 16  # attention programs per SM that ``split_lanes`` aims for (4: slower)
+LANE_WAVES = 16  # attention programs per SM for ``split_lanes`` (4: steps up to 15% slower)
 ROWS = 64  # query rows per prefill attention program
 DECODE_ROWS = 16  # and per decode program: one token's GQA group, the smallest tensor-core tile
 ATTN = attention_plan.LaunchConfig(tile=64, stages=3, warps=4)
@@ -66,10 +66,9 @@ def matmul_tile(rows: int, n: int, k: int) -> MatmulTile:
     """The tile of the matmul programs for ``rows`` rows of a weight (n, k). No tile changes a
     row's bits: every tile walks K from 0 in order, chaining the same 16-wide tensor-core
     products into one fp32 accumulator, and a row's products do not depend on the rows beside
-    it. Measured on an H200 (bf16): every row of every Llama-3.2-1B shape the same bits under
-    each of 23 tiles of 64-256 rows x 32-256 columns x K chunks of 64-128 (4,096 rows), and
-    under each of 84 tiles of 16-256 rows x 16-128 columns x K chunks of 64-256 (64 rows).
-    Chosen from those sweeps (the second in CUDA graphs at 32-256 rows):
+    it. Measured on an H200 (bf16; table ``batch_invariance_tiles`` repeats it): every row of
+    every Llama-3.2-1B shape the same bits under 23 tiles of 64-256 rows x 32-256 columns x K
+    chunks of 64-128 (4,096 rows) and 84 of 16-256 x 16-128 x 64-256 (64 rows). Chosen so:
 
     - up to 64 rows (decode): narrow tiles with long K chunks where N is small, 16 columns
       where N is at most SMALL_N (more programs in flight to stream the weight: down at 64
@@ -127,17 +126,16 @@ def matmul(x: torch.Tensor, w: torch.Tensor, *, pdl: bool = False) -> torch.Tens
 @triton.jit
 def _softmax_tile(q, k, v, valid, m_i, l_i, acc, scale_log2, PRECISION: tl.constexpr):
     """``attention.softmax_tile`` with the row sums taken by the tensor cores (p in v's dtype
-    against a tile of ones, as p @ v takes it): a tl.sum's order follows the register layout,
-    which the rows per program change (16 and 64 rows gave other bits in 7 of 40 batches on
-    an H200), while a dot chains its products in the same order for any number of rows."""
+    against ones, as p @ v takes it): a tl.sum's order follows the register layout, which the
+    rows per program change (16 against 64 rows: other bits in 7 of 40 batches on an H200; as
+    products 60 of 60 the same), while a dot chains its products in one order."""
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (rows, TILE), fp32 accumulate
     s = tl.where(valid, s * scale_log2, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
     m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp2(m_i - m_use)
     p = tl.exp2(s - m_use[:, None]).to(v.dtype)
-    ones = tl.full((v.shape[0], 16), 1.0, v.dtype)
-    # 16 equal columns: their max is the sum, exactly
+    ones = tl.full((v.shape[0], 16), 1.0, v.dtype)  # 16 equal columns: their max is the sum
     l_i = l_i * alpha + tl.max(tl.dot(p, ones, input_precision=PRECISION), axis=1)
     acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
     return m_new, l_i, acc
@@ -232,11 +230,10 @@ def _merge_splits_in_order_kernel(m_ptr, l_ptr, acc_ptr, lens_ptr, out_ptr, spli
 
 
 def split_lanes(programs: int, splits: int, sms: int) -> int:
-    """Programs per (token block, KV head) along the splits: enough for about LANE_WAVES
-    programs per SM, at most one per split of the widest table row. Each computes every
-    lanes-th split its rows use, so a graph captured for a table of 545 blocks (8,712
-    positions, 35 splits) runs no program for the splits past a batch's contexts; the lanes
-    change which program computes a split, never its bits."""
+    """Programs per (token block, KV head) along the splits: about LANE_WAVES per SM, at most
+    one per split of the widest table row (35 in a serving graph's 545-block table), each
+    computing every lanes-th split its rows use; which program computes a split never
+    changes its bits."""
     return max(1, min(splits, -(-LANE_WAVES * sms // programs)))
 
 
