@@ -340,8 +340,8 @@ if "batch_invariance_tiles" in grids:
                                         "picked / fastest": "ratio",
                                         "picked / cuBLAS": "ratio"}))
 else:
-    display(Markdown("No tile sweep is stored yet: `python -m decodelab bench runtime "
-                     "--profile gpu` writes it on a GPU."))
+    display(Markdown("No tile sweep is stored yet: `python -m decodelab bench tiles` writes it "
+                     "on a GPU."))
 
 # %% [markdown]
 # ## Problems this engine handles (the runtime page's table)

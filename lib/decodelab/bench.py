@@ -22,6 +22,7 @@ PHASES: dict[str, str] = {
     "paged_model": "decodelab.model.bench",
     "runtime": "decodelab.engine.bench",
     "serve": "decodelab.engine.bench.serve",
+    "tiles": "decodelab.engine.bench.invariance_tiles",
     "tp": "decodelab.parallel.bench",
 }
 # Phases that need one process per GPU (``make bench-gpu-tp`` starts them under torchrun);
@@ -29,7 +30,7 @@ PHASES: dict[str, str] = {
 TORCHRUN_PHASES = ("tp",)
 # Phases that run the model in a dtype of ``core.precision``'s choice (``bench(..., dtype=)``);
 # the others measure the toy step and the calibrations in their own dtypes.
-DTYPE_PHASES = ("paged_model", "runtime", "serve", "tp")
+DTYPE_PHASES = ("paged_model", "runtime", "serve", "tiles", "tp")
 
 
 def run_phase(phase: str, profile: str, out_dir: Path, dtype: str = "auto") -> list[Path]:

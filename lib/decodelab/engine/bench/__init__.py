@@ -27,10 +27,10 @@ Tables:
   are rejected at admission.
 - ``runtime_errors``: that workload's outcomes and errors by class (counts).
 - ``sampler_grid`` (GPU only): the samplers at every setting, batch and vocabulary.
-- ``batch_invariance``, ``batch_invariance_cost``, ``batch_invariance_tiles`` (profile gpu
-  only): the batch-invariant switch checked bit for bit, its step time against the default
-  kernels (``invariance``), in the run's dtype, its cost batches fitted to the GPU's free
-  memory, and every candidate tile of its matmul checked and timed against cuBLAS.
+- ``batch_invariance``, ``batch_invariance_cost`` (profile gpu only): the batch-invariant
+  switch checked bit for bit and its step time against the default kernels (``invariance``),
+  in the run's dtype, its cost batches fitted to the GPU's free memory. Its matmul's tiles
+  are the ``tiles`` phase's (``invariance_tiles``).
 
 Validated before timing: the engine's greedy tokens with graphs equal those of the eager
 engine on a full bucket; on a GPU, the engine's captured sampler equals its eager body token

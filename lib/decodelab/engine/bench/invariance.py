@@ -19,10 +19,6 @@ the largest difference seen, 0 where every compared value is the same bits):
 Cost (``batch_invariance_cost``, :mod:`.invariance_cost`): the decode step's device time per
 graph replay at each batch and context, and one prompt's eager prefill at each length
 (``step``), the default kernels against the invariant ones (``ratio``).
-
-Tiles (``batch_invariance_tiles``, :mod:`.invariance_tiles`): every candidate tile of the
-invariant matmul on each weight, its bits against rows alone and its time against cuBLAS:
-the evidence for the tiles the matmul picks.
 """
 
 from __future__ import annotations
@@ -37,11 +33,9 @@ import torch
 from decodelab.core.results import stamped, write_table
 from decodelab.engine.bench.invariance_config import NAN, InvarianceConfig, build_model
 from decodelab.engine.bench.invariance_cost import step_costs
-from decodelab.engine.bench.invariance_tiles import TileSweepConfig, tile_rows
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.engine import Engine
 from decodelab.engine.requests import Request, SamplingParams
-from decodelab.model.config import named_config
 from decodelab.model.graphs import DecodeGraphs
 from decodelab.model.kv_cache import slots_at
 from decodelab.model.llama import PagedLlama
@@ -187,7 +181,7 @@ def engine_checks(cfg: InvarianceConfig, model: PagedLlama) -> list[InvarianceRo
 
 def write_invariance(out_dir: Path, profile: str, cfg: InvarianceConfig | None = None
                      ) -> list[Path]:
-    """Measure the three tables on the GPU and write them."""
+    """Measure both tables on the GPU and write them."""
     cfg = cfg or InvarianceConfig()
     t0 = time.perf_counter()
     model = build_model(cfg, cfg.check_layers, True, cfg.check_blocks)
@@ -206,12 +200,7 @@ def write_invariance(out_dir: Path, profile: str, cfg: InvarianceConfig | None =
     del model
     torch.cuda.empty_cache()
     costs = step_costs(cfg)
-    sweep = TileSweepConfig()
-    tiles = tile_rows(named_config(cfg.model), getattr(torch, cfg.dtype), torch.device("cuda"),
-                      sweep)
     run = dict(model=cfg.model, dtype=cfg.dtype, bench_s=round(time.perf_counter() - t0, 1))
-    return [write_table(name, stamped(rows, **run), out_dir=out_dir, config=config,
+    return [write_table(name, stamped(rows, **run), out_dir=out_dir, config=cfg,
                         profile=profile)
-            for name, rows, config in (("batch_invariance", checks, cfg),
-                                       ("batch_invariance_cost", costs, cfg),
-                                       ("batch_invariance_tiles", tiles, sweep))]
+            for name, rows in (("batch_invariance", checks), ("batch_invariance_cost", costs))]

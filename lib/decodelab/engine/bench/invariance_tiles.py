@@ -1,6 +1,6 @@
-"""Table ``batch_invariance_tiles``: the evidence for ``invariant.matmul_tile``, measured by
-``invariance.write_invariance`` on the GPU. Every candidate tile of the batch-invariant
-matmul (rows x columns x K chunk, warps) on each of the model's weights:
+"""``python -m decodelab bench tiles`` (CUDA only): table ``batch_invariance_tiles``, the
+evidence for ``invariant.matmul_tile``. Every candidate tile of the batch-invariant matmul
+(rows x columns x K chunk, warps) on each of the model's weights, in the run's dtype:
 
 - ``same_bits``: a sample of rows of a large batch through the tile, each the same bits as
   that row computed alone (the rule's one-row tile). The rule may pick any tile only because
@@ -10,28 +10,37 @@ matmul (rows x columns x K chunk, warps) on each of the model's weights:
 
 Tiles too small for a row count (more than MAX_ROW_TILES row tiles) or too large for it
 (BLOCK_M above twice the rows, past 64) are not timed there; tiles whose operands do not fit
-the GPU's shared memory in one stage are left out.
+the GPU's shared memory in one stage are left out. The LM head is timed up to LOGIT_ROWS rows
+only: it sees a decode batch's rows or a prefill pack's last positions, never a whole pack.
+A point takes at most about ``point_s`` of replays (a slow GPU times fewer calls).
 """
 
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from decodelab.core.capture import capture, warm_up
+from decodelab.core.device import require_cuda, run_dtype
+from decodelab.core.profiles import measured_device
+from decodelab.core.results import stamped, write_table
 from decodelab.core.timing import time_graph_replays
 from decodelab.engine.bench.invariance_config import NAN
-from decodelab.model.config import ModelConfig
+from decodelab.model.config import ModelConfig, named_config
 
 MAX_ROW_TILES = 64  # row tiles per call above which a tile is not timed
 MAX_TILE = 256 * 128  # rows x columns per program: past it the accumulator spills
+LOGIT_ROWS = 256  # the most rows the LM head is timed at (the engine's largest batch)
 
 
 @dataclass(frozen=True, slots=True)
 class TileSweepConfig:
+    model: str = "llama-3.2-1b"
     rows: tuple[int, ...] = (32, 64, 128, 192, 256, 1024, 4096)
     block_m: tuple[int, ...] = (16, 32, 64, 128, 256)
     block_n: tuple[int, ...] = (16, 32, 64, 128, 256)
@@ -39,6 +48,7 @@ class TileSweepConfig:
     checked_rows: int = 9  # rows compared with themselves alone, spread over the largest batch
     calls: int = 10  # matmuls per graph replay
     replays: int = 20
+    point_s: float = 0.05  # replay time per (tile, rows) at most, about
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,16 +99,24 @@ def timed_at(block_m: int, rows: int) -> bool:
 
 
 def graph_us(fn: Callable[[], object], cfg: TileSweepConfig) -> float:
-    """Device µs per call of ``fn``: ``cfg.calls`` calls captured in one CUDA graph, replayed
-    ``cfg.replays`` times back to back."""
+    """Device µs per call of ``fn``: calls captured in one CUDA graph, replayed back to back;
+    ``cfg.calls`` x ``cfg.replays`` of them, fewer where that would take over ``point_s``."""
     warm_up(fn, 2)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    budget = max(3, min(cfg.calls * cfg.replays,
+                        int(cfg.point_s / max(start.elapsed_time(end) * 1e-3, 1e-9))))
+    calls = min(cfg.calls, budget)
 
-    def calls() -> None:
-        for _ in range(cfg.calls):
+    def captured() -> None:
+        for _ in range(calls):
             fn()  # each output is dropped: the graph's pool reuses its memory
 
-    graph, _ = capture(calls)
-    us = time_graph_replays(graph, cfg.replays) * 1e6 / cfg.calls
+    graph, _ = capture(captured)
+    us = time_graph_replays(graph, max(1, budget // calls)) * 1e6 / calls
     del graph
     return us
 
@@ -110,11 +128,12 @@ def sweep_weight(name: str, w: torch.Tensor, cfg: TileSweepConfig,
     from decodelab.model.triton import attention_plan, invariant, skinny
 
     n, k = w.shape
+    counts = [r for r in cfg.rows if name != "lm_head" or r <= LOGIT_ROWS] or [min(cfg.rows)]
     gen = torch.Generator(device=w.device).manual_seed(n * 31 + k)
-    x = torch.randn((max(cfg.rows), k), generator=gen, device=w.device).to(w.dtype)
+    x = torch.randn((max(counts), k), generator=gen, device=w.device).to(w.dtype)
     sample = torch.linspace(0, x.shape[0] - 1, cfg.checked_rows).long().tolist()
     alone = torch.cat([invariant.matmul(x[i:i + 1], w) for i in sample])
-    cublas = {rows: time_us(lambda rows=rows: x[:rows] @ w.T) for rows in cfg.rows}
+    cublas = {rows: time_us(lambda rows=rows: x[:rows] @ w.T) for rows in counts}
     shared = attention_plan.shared_per_block(w.device)
     out = []
     for tile in candidates(n, k, cfg):
@@ -125,7 +144,7 @@ def sweep_weight(name: str, w: torch.Tensor, cfg: TileSweepConfig,
                                       w.element_size(), shared)
         launch = (tile.block_n, tile.block_k, tile.warps, stages)
         same = torch.equal(skinny.tiled(x, w, launch, tile.block_m)[sample], alone)
-        for rows in cfg.rows:
+        for rows in counts:
             if not timed_at(tile.block_m, rows):
                 continue
             us = time_us(lambda rows=rows, launch=launch, bm=tile.block_m:
@@ -152,3 +171,17 @@ def tile_rows(config: ModelConfig, dtype: torch.dtype, device: torch.device,
         out += rows
         del w
     return out
+
+
+def bench(profile: str, out_dir: Path, dtype: str = "auto") -> list[Path]:
+    """``python -m decodelab bench tiles``: the sweep on the CUDA GPU at every profile's sizes
+    (a few minutes on an H200, mostly Triton compiling about a hundred tiles)."""
+    measured_device(profile)  # gpu without CUDA: refused as in every phase
+    require_cuda("the invariant matmul's tile sweep (Triton on CUDA)")
+    cfg = TileSweepConfig()
+    run = run_dtype(dtype, "cuda", "tiles.dtype")
+    t0 = time.perf_counter()
+    rows = tile_rows(named_config(cfg.model), getattr(torch, run), torch.device("cuda"), cfg)
+    return [write_table("batch_invariance_tiles", stamped(
+        rows, model=cfg.model, dtype=run, bench_s=round(time.perf_counter() - t0, 1)),
+        out_dir=out_dir, config=cfg, profile=profile)]
