@@ -263,9 +263,9 @@ def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     lsum = torch.empty_like(m)
     acc = torch.empty((t, h, splits, d), dtype=torch.float32, device=q.device)
     row_bytes, shared = d * k_cache.element_size(), attention_plan.shared_per_block(q.device)
-    # the K/V tiles fit what the query tile (in shared memory for the dot) leaves
+    # the K/V tiles fit what a prefill query tile leaves, in decode too: one TILE for both
     launch = attention_plan.fitted(ATTN, row_bytes, None if shared is None
-                                   else shared - rows * row_bytes - 1024)
+                                   else shared - ROWS * row_bytes - 1024)
     lanes = split_lanes(blocks * hkv, splits, attention_plan.sm_count(q.device))
     _attn_rows_kernel[(blocks, hkv, lanes)](
         q, k_cache, v_cache, block_tables, ctx, query_starts if not decode else ctx,
