@@ -96,7 +96,7 @@ def test_the_command_line_refuses_bfloat16_on_a_t4_before_any_phase(t4, capsys, 
     assert main(["bench", "paged_model", "--profile", "gpu", "--dtype", "bfloat16"]) == 2
     assert capsys.readouterr().err.strip() == "error: --dtype=" + REFUSAL
     assert main(["bench", "dispatch", "--dtype", "float16"]) == 2
-    assert "phase dispatch has no model dtype; it applies to paged_model, runtime, serve, tp" in \
+    assert "phase dispatch has no model dtype; it applies to paged_model, runtime, serve, tiles, tp" in \
         capsys.readouterr().err
     assert main(["run", "04_model", "--profile", "gpu", "--dtype", "bf16"]) == 2
     assert "--dtype='bf16': must be one of auto, bfloat16, float16, float32" in \
