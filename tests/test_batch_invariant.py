@@ -7,6 +7,7 @@ test_batch_invariant_gpu."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from decodelab.core.validate import ConfigError
 from decodelab.engine import Engine, EngineConfig
@@ -99,3 +100,30 @@ def test_the_tile_sweep_tries_every_tile_the_rule_picks_on_the_model_weights():
         assert n <= invariant.WIDE_N or min(t.block_n for t in tiles) >= 64
         assert all(any(it.timed_at(t.block_m, rows) for rows in cfg.rows) for t in tiles)
     assert it.timed_at(64, 32) and not it.timed_at(256, 64) and not it.timed_at(16, 4096)
+
+
+def test_the_tile_sweep_leaves_out_a_tile_the_gpu_cannot_launch(monkeypatch, capsys):
+    """A tile whose compiled pipeline needs more shared memory than the GPU has (Triton's
+    OutOfResources at launch) is left out with a line saying so; the sweep goes on."""
+    from triton.runtime.errors import OutOfResources
+
+    from decodelab.engine.bench import invariance_tiles as it
+    from decodelab.model.triton import invariant, skinny
+
+    def exact(x, w):  # float64 products: every row the same bits alone or batched
+        return (x.double() @ w.double().T).float()
+
+    def tiled(x, w, launch, block_m):
+        if launch[0] == 64:
+            raise OutOfResources(300_000, 232_448, "shared memory")
+        return exact(x, w)
+
+    monkeypatch.setattr(invariant, "matmul", exact)
+    monkeypatch.setattr(skinny, "tiled", tiled)
+    cfg = it.TileSweepConfig(rows=(3, 70), block_m=(16, 64), block_n=(16, 64), block_k=(64,),
+                             checked_rows=3)
+    w = torch.randn((80, 96), generator=torch.Generator().manual_seed(0))
+    rows = it.sweep_weight("w", w, cfg, lambda fn: 2.0)
+    assert rows and all(r.same_bits and r.block_n != 64 for r in rows)
+    assert {r.block_n for r in rows} >= {16}
+    assert "left out (out of resource: shared memory" in capsys.readouterr().out
