@@ -248,6 +248,18 @@ def poisson_load(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Find
     return Finding(load_text(load), f"offered {load.overload:.1f}x what it serves", load.source)
 
 
+def serving(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
+    from decodelab.analysis.serving import serving_line
+
+    return Finding(*serving_line(tables))
+
+
+def batch_invariance(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
+    from decodelab.analysis.serving import invariance_line
+
+    return Finding(*invariance_line(tables))
+
+
 def communication(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Finding:
     from decodelab.analysis.tp_regime import tp_speedup_line
 
@@ -262,7 +274,8 @@ def communication(tables: Tables, regimes: Sequence[Regime], h: Headline) -> Fin
 
 FINDINGS: tuple[Callable[[Tables, Sequence[Regime], Headline], Finding], ...] = (
     graph_removes_dispatch, replay_cost, persistent_rate, roofline, compute_floor,
-    versus_peers, attention_rate, orchestration, poisson_load, communication)
+    versus_peers, attention_rate, orchestration, poisson_load, serving, batch_invariance,
+    communication)
 
 
 def findings(tables: Tables, regimes: Sequence[Regime], h: Headline | None = None

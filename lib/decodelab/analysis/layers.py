@@ -53,7 +53,8 @@ HEADLINE_REFERENCE = "h200"  # the shipped reference the README's figure is comp
 # (env.ceilings.fastest_kernel_read)
 TABLES = ("dispatch", "replay_nodes", "replay_multistep", "persistent", "paged_model",
           "paged_model_kernels", "paged_model_linear", "paged_attention", "runtime",
-          "runtime_requests", "tp", "environment")
+          "runtime_requests", "serve_offline", "serve_online", "batch_invariance",
+          "batch_invariance_cost", "tp", "environment")
 # Tables measured on several GPUs of one host: the reference ``h200`` keeps them in
 # ``data/reference/h200x<n>/`` (the Makefile's bench-gpu-tp names the folder so).
 MULTI_GPU_TABLES = ("tp",)
