@@ -5,6 +5,7 @@ every bit of a seed keys its random stream."""
 
 from __future__ import annotations
 
+import gc
 import random
 import re
 from collections import Counter
@@ -206,3 +207,20 @@ def test_seeds_equal_in_their_low_32_bits_draw_different_tokens():
                                                                      max_new_tokens=16))])["s"]
 
     assert sampled(12345) != sampled(7318106351)
+
+
+def test_events_waiting_in_a_handle_leave_the_collectors_view_and_still_stream():
+    """A client taking tokens by callback never iterates its handle, so its events wait there
+    one per token: after a collection none of them is an object the collector tracks (every
+    later collection would scan them), and iterating later still yields what the callback
+    got."""
+    eng = fake_engine()
+    called: list[tuple] = []  # the callback's events as plain tuples: not tracked either
+    handle = eng.submit(Request("r", (3, 4, 5), SamplingParams(
+        temperature=0.8, seed=1, max_new_tokens=20, ignore_eos=True),
+        on_token=lambda ev: called.append(ev.plain())))
+    eng.run()
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, TokenEvent)]
+    assert_one_end(handle, list(handle), [TokenEvent(*ev) for ev in called])
+    assert len(called) == 20

@@ -249,7 +249,7 @@ class Engine:
         """Stream ``event`` to the iterator and the callback. A raising callback fails its
         request (only), which then ends with a failed event; one that raises once its request
         has ended changes nothing (its end event is out) and is counted."""
-        seq.events.append(event)
+        seq.events.append(event.plain())
         exc = None if seq.request.on_token is None else self.callbacks.run(seq, event)
         if exc is None:
             return

@@ -228,7 +228,7 @@ class Sequence:
     t_first_token: float | None = None
     t_last_token: float | None = None
     t_done: float | None = None
-    events: deque = field(default_factory=deque)  # streamed events not yet consumed
+    events: deque = field(default_factory=deque)  # not yet iterated, as TokenEvent.plain()
 
     @property
     def request_id(self) -> str:

@@ -43,6 +43,15 @@ class TokenEvent:
     reason: str | None = None  # eos, stop, length, aborted, callback_error, non_finite_logits, ...
     error: str | None = None
 
+    def plain(self) -> tuple:
+        """The fields as an exact tuple of plain values, the form a handle keeps its events
+        in until they are iterated: the garbage collector stops tracking such a tuple at its
+        first pass, an event object it tracks for life. A server whose clients take tokens
+        by callback alone never iterates, and its requests' events (one per token) would
+        otherwise be tens of thousands of objects for every later collection to scan."""
+        return (self.request_id, self.token, self.index, self.finished, self.status,
+                self.reason, self.error)
+
 
 def stop_reason(seq: Sequence, token: int, eos: int | None, max_model_len: int) -> str | None:
     """Why ``seq`` ends after ``token`` (already appended to its output), or None."""
@@ -142,7 +151,7 @@ class RequestHandle:
         events = self._seq.events
         while True:
             while events:
-                ev = events.popleft()
+                ev = TokenEvent(*events.popleft())
                 yield ev
                 if ev.finished:
                     return
