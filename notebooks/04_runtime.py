@@ -252,10 +252,6 @@ if "serve_offline" in serve:
 # ### Where a run's time went
 #
 # The offline run step by step: wall time per step (black) against that step's floor (grey).
-# A step's wall runs from the tokens of the step before reaching the host to its own: the
-# engine launches a step and then waits for the previous one's tokens, so the duration of a
-# call is mostly the step before's device time (timed by call, a decode step after a mixed one
-# would carry the mixed step's prefill).
 # Steps that prefill (alone, or mixed with the decode rows of that step) are marked. In the
 # `engine` run a step that admits new prompts runs their whole prefill, and the decode rows of
 # that step wait for it: the tall steps while the offline run admits its requests and, online,

@@ -258,31 +258,6 @@ def smoke(tmp_path_factory):
     return {p.stem: load_table(p.stem, reference=empty, local=out) for p in paths}
 
 
-def test_a_steps_wall_runs_from_the_tokens_before_to_its_own():
-    """With async output a call launches step t and waits there for step t-1's tokens: each
-    step is charged from the step before's tokens reaching the host (or its own start, after
-    the loop sat idle) to its own, and the collections within that."""
-    from decodelab.core.gc_pauses import GcPauses
-    from decodelab.engine.bench.serve_run import step_walls
-    from decodelab.engine.metrics import StepRecord
-
-    def rec(step, rows, start, done):
-        return StepRecord(step, rows, rows, 0, 0, t_start=start, t_done=done)
-
-    two = StepWork.decode([10, 20])
-    records = [(two, rec(0, 2, 0.0, 3.0)),  # its tokens taken by the call at 1.0-3.0
-               (two, rec(1, 2, 1.0, 5.0)),  # launched at 1.0, taken by the call at 3.0-5.0
-               (two, rec(2, 2, 3.0, 6.0)),  # taken by the last call, 5.0-6.0 (it drains)
-               (StepWork(), rec(3, 0, 5.0, 6.0)),
-               (two, rec(4, 2, 10.0, 11.0))]  # after 4 s idle
-    pauses = GcPauses(starts=[1.5, 4.0], ends=[1.6, 4.5], generations=[0, 1])
-    walls = step_walls(records, pauses)
-    assert [w for _, _, w, _ in walls] == [3.0, 2.0, 1.0, 0.0, 1.0]
-    assert [round(g, 6) for *_, g in walls] == [0.1, 0.5, 0.0, 0.0, 0.0]
-    with pytest.raises(RuntimeError, match="step 0 decoded 2 rows, the plan observed 1"):
-        step_walls([(StepWork.decode([5]), rec(0, 2, 0.0, 1.0))], pauses)
-
-
 def test_smoke_tables_have_the_row_columns(smoke):
     for name, row in (("serve_offline", OfflineRow), ("serve_online", OnlineRow),
                       ("serve_steps", ServeStepRow)):

@@ -177,7 +177,7 @@ class Engine:
         self._apply(plan)
         n = len(plan.decode)
         rec = StepRecord(self._steps, n, self.runner.bucket(n) if n else 0, len(plan.prefill),
-                         sum(c.tokens for c in plan.prefill), t_start=t_start)
+                         sum(c.tokens for c in plan.prefill))
         self._steps += 1
         clock = PhaseClock(rec, t_start, self._sync)
         clock.mark("schedule")
@@ -191,8 +191,6 @@ class Engine:
         while len(self.pending) > keep:
             self._process(*self.output.take(), rec)
         clock.mark("emit")
-        if not queued:
-            rec.t_done = clock.t
         self.metrics.steps.append(rec)
 
     def _apply(self, plan: SchedulePlan) -> None:
@@ -218,7 +216,7 @@ class Engine:
             return False
         advance(plan)
         if rows:
-            self.output.launched(rows, cols, buf, clock.rec)
+            self.output.launched(rows, cols, buf)
         clock.mark("update")
         return bool(rows)
 
@@ -233,7 +231,6 @@ class Engine:
                     f"logits of token {len(seq.output)} were not finite"))
                 continue
             self._accept(seq, toks[col])
-        pend.rec.t_done = time.perf_counter()
 
     def _accept(self, seq: Sequence, token: int) -> None:
         now = time.perf_counter()

@@ -46,13 +46,6 @@ class StepRecord:
     emit: float = 0.0
     sync_wait: float = 0.0
     wall: float = 0.0  # host clock from the start of this step to the start of the next
-    # host clock (perf_counter) at the start of this step's call, and when its tokens were
-    # processed: with async output in the next call (a step that queued none, at the end of
-    # its own). t_done - max(t_done of the step before, t_start) is the time the step took
-    # to deliver, its device time when the host keeps ahead (the next call's wall is mostly
-    # this step's device time, which the host waits for there)
-    t_start: float = NAN
-    t_done: float = NAN
 
     @property
     def host(self) -> float:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import torch
 
-from decodelab.engine.metrics import StepRecord
 from decodelab.engine.requests import Sequence
 
 
@@ -28,7 +27,6 @@ class Pending:
     cols: list[int]  # column of each row in the pinned output buffer
     buf: int
     event: torch.cuda.Event | None
-    rec: StepRecord  # the launching step's record (its ``t_done`` is set once processed)
 
 
 class TokenOutput:
@@ -52,13 +50,12 @@ class TokenOutput:
         """Start copying the first ``n`` tokens of ``out`` into columns ``lo .. lo+n-1``."""
         self.tokens[buf, lo:lo + n].copy_(out[:n], non_blocking=True)
 
-    def launched(self, rows: list[Sequence], cols: list[int], buf: int, rec: StepRecord
-                 ) -> None:
-        """Queue step ``rec``, whose copies into ``buf`` have all been issued."""
+    def launched(self, rows: list[Sequence], cols: list[int], buf: int) -> None:
+        """Queue a step whose copies into ``buf`` have all been issued."""
         event = self._events[buf]
         if event is not None:
             event.record()
-        self.pending.append(Pending(rows, cols, buf, event, rec))
+        self.pending.append(Pending(rows, cols, buf, event))
 
     def take(self) -> tuple[Pending, list[int], float]:
         """The oldest pending step, its buffer's tokens, and the seconds spent waiting for

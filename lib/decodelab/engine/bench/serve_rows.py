@@ -29,9 +29,9 @@ NAN = float("nan")
 class StepTrace:
     work: StepWork
     bucket: int  # decode rows after padding to the graph bucket (the engine's StepRecord)
-    wall_s: float  # the step before's tokens on the host (or this start) to this step's
+    wall_s: float  # this step's start to the next one's (or to the loop going idle)
     floor: StepFloor
-    gc_s: float  # garbage collection within that wall (core.gc_pauses)
+    gc_s: float  # garbage collection that started within the step (core.gc_pauses)
 
 
 @dataclass(frozen=True, slots=True)

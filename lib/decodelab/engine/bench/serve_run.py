@@ -5,12 +5,8 @@ What each step computed is observed, not changed: the model is wrapped so that e
 call's chunks (their lengths and cached starts) are seen, and the scheduler so that each plan's
 decode rows (each row's context) are; both wrappers delegate everything else. Each request's
 token callback stamps the host time of every token (the inter-token latencies). A step's wall
-time runs from the previous step's tokens reaching the host (or from its own start, after the
-loop sat idle) to its own tokens reaching the host (``StepRecord.t_done``). With async output
-an engine call launches step t and then waits for step t-1's tokens, so a call's own duration
-is mostly the step before's device time: timed by call, a decode step after a mixed one would
-carry the mixed step's prefill. (A step of prompt chunks alone samples nothing and waits for
-nothing; its device time is charged to the step after it.)
+time runs from its start to the next step's start, or to the loop going idle (nothing left to
+do until the next arrival).
 
 Before each run the heap is frozen (``core.gc_pauses.freeze_heap``: the earlier runs' records
 and the model's objects leave the collector's view, as a server freezes its heap after start-up)
@@ -20,7 +16,6 @@ includes any collection that started in it.
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Callable
@@ -35,7 +30,6 @@ from decodelab.engine.bench.serve_rows import RunTrace, StepTrace
 from decodelab.engine.bench.serve_workload import ServeRequest
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.engine import Engine
-from decodelab.engine.metrics import StepRecord
 from decodelab.engine.requests import Request, SamplingParams
 
 
@@ -102,29 +96,37 @@ class ServeEngine:
             temperature=temperature, ignore_eos=True, max_new_tokens=r.output_len, seed=i),
             on_token=_stamp(times[i])) for i, r in enumerate(reqs)]
         ended_before, tokens_before = len(eng.metrics.requests), eng.metrics.tokens_out
-        records: list[tuple[StepWork, StepRecord]] = []
+        steps: list[tuple[StepWork, int, float, float]] = []  # (work, bucket, wall, gc s)
         bar = tqdm(total=sum(r.output_len for r in reqs), desc=f"serve {name}", unit="tok",
                    file=sys.stderr, mininterval=2.0, leave=False)
         freeze_heap()
         device_sync(self.device)
         with GcPauses() as pauses:
             t0 = time.perf_counter()
-            i = 0
+            # (start, work, record) of the last step, its wall not yet known
+            i, open_step = 0, None
             while i < len(reqs) or eng.has_work:
                 now = time.perf_counter()
                 while i < len(reqs) and t0 + reqs[i].arrival_s <= now:
                     eng.submit(todo[i], arrival_time=t0 + reqs[i].arrival_s)
                     i += 1
                 if eng.has_work:
+                    t_step = time.perf_counter()
+                    if open_step is not None:
+                        steps.append(self._close(open_step, t_step, pauses))
                     eng.step()
-                    records.append((self.tap.take(), eng.metrics.steps[-1]))
+                    open_step = (t_step, self.tap.take(), eng.metrics.steps[-1])
                     bar.update(eng.metrics.tokens_out - tokens_before - bar.n)
                 elif i < len(reqs):
+                    if open_step is not None:
+                        steps.append(self._close(open_step, time.perf_counter(), pauses))
+                        open_step = None
                     time.sleep(max(0.0, t0 + reqs[i].arrival_s - time.perf_counter()))
             device_sync(self.device)
             t_end = time.perf_counter()
+        if open_step is not None:
+            steps.append(self._close(open_step, t_end, pauses))
         bar.close()
-        steps = step_walls(records, pauses)
         ended = list(eng.metrics.requests)[ended_before:]
         if len(ended) != len(reqs) or eng.pool.num_free != eng.pool.num_total:
             raise RuntimeError(f"serve run {name}: {len(ended)} of {len(reqs)} requests ended, "
@@ -134,21 +136,14 @@ class ServeEngine:
                               for w, b, wall, gc_s in steps),
                         t_end - t0, pauses.count, pauses.total_s, pauses.longest_s)
 
-
-def step_walls(records: list[tuple[StepWork, StepRecord]], pauses: GcPauses
-               ) -> list[tuple[StepWork, int, float, float]]:
-    """(work, bucket, wall s, collector s) of each step, its wall from the step before's
-    tokens reaching the host, or from its own start if later (the module docstring), to its
-    own tokens reaching the host."""
-    out, done = [], -math.inf
-    for work, rec in records:
+    @staticmethod
+    def _close(open_step, t_next: float, pauses: GcPauses
+               ) -> tuple[StepWork, int, float, float]:
+        start, work, rec = open_step
         if rec.batch != work.decode_rows:
             raise RuntimeError(f"serve: step {rec.step} decoded {rec.batch} rows, the plan "
                                f"observed {work.decode_rows}")
-        begin = max(done, rec.t_start)
-        out.append((work, rec.bucket, rec.t_done - begin, pauses.within(begin, rec.t_done)))
-        done = rec.t_done
-    return out
+        return work, rec.bucket, t_next - start, pauses.within(start, t_next)
 
 
 def _stamp(times: list[float]):
