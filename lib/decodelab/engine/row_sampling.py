@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from decodelab.core.host_copy import to_device
 from decodelab.engine.requests import SamplingParams
 
 NO_TOP_K = 2**31 - 1  # the device's top-k of a row without one: more than any vocabulary
@@ -86,7 +87,7 @@ class RowParams:
         """The packed rows (RowSampling rows, or a ROW_DTYPE array) on ``device``."""
         packed = np.ascontiguousarray(rows if isinstance(rows, np.ndarray) else row_array(rows))
         words = packed.view(np.int32).reshape(len(packed), ROW_WORDS)
-        return cls(torch.from_numpy(words).to(device))
+        return cls(to_device(torch.from_numpy(words), device))
 
     def sampling(self) -> torch.Tensor:
         return self.greedy == 0

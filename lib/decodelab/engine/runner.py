@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from decodelab.core.host_copy import to_device
 from decodelab.engine.batch import StaticBatch, prefill_params
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.metrics import PhaseClock
@@ -94,7 +95,7 @@ class ModelRunner:
         clock.mark("forward")  # logits: (len(chunks), vocab)
         if rows:
             if len(rows) < len(chunks):  # the other chunks end mid-prompt: discarded
-                logits = logits[torch.tensor(final, device=dev)]
+                logits = logits[to_device(torch.tensor(final), dev)]
             ps = [s.params for s in rows]
             mode = choose_mode([p.greedy for p in ps], [p.top_k for p in ps],
                                [p.uses_penalties for p in ps], self.vocab,
@@ -107,8 +108,8 @@ class ModelRunner:
     def _reset_penalties(self, seq: Sequence) -> None:
         """The slot's penalty tables count ``seq``'s prompt and output so far (recompute)."""
         dev = self.device
-        self.penalties.reset_slot(seq.slot, torch.tensor(seq.request.prompt, device=dev),
-                                  torch.tensor(seq.output, dtype=torch.int64, device=dev))
+        self.penalties.reset_slot(seq.slot, to_device(torch.tensor(seq.request.prompt), dev),
+                                  to_device(torch.tensor(seq.output, dtype=torch.int64), dev))
 
     def decode(self, decode: list[Sequence], bucket: int, buf: int, clock: PhaseClock) -> None:
         """One decode step of running rows (padded to ``bucket``), sampled into ``buf``'s

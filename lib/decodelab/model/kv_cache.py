@@ -29,6 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from decodelab.core.host_copy import to_device
 from decodelab.core.validate import ConfigError, check_int
 from decodelab.model.block_pool import BlockPool
 from decodelab.model.config import ModelConfig
@@ -118,7 +119,7 @@ class PagedKVCache:
             if len(t) > width:
                 raise ValueError(f"block table {i} has {len(t)} blocks; width is {width}")
             out[i, :len(t)] = torch.tensor(list(t), dtype=torch.int32)
-        return out.to(self.device)
+        return to_device(out, self.device)
 
     def __repr__(self) -> str:
         return (f"PagedKVCache(blocks={self.num_blocks}, block_size={self.block_size}, "

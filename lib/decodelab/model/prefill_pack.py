@@ -24,6 +24,7 @@ from numbers import Integral
 import numpy as np
 import torch
 
+from decodelab.core.host_copy import to_device
 from decodelab.model.kv_cache import PagedKVCache, slots_at
 
 
@@ -102,11 +103,11 @@ def pack_prefill(cache: PagedKVCache, token_ids: Sequence[Sequence[int]],
     host[0, :t] = np.fromiter(chain.from_iterable(token_ids), np.int64, count=t)
     host[1, :t] = np.concatenate([np.arange(s, s + m) for s, m, _ in spans])
     host[2, :t] = np.concatenate([_slots(bt, s, m, bs) for s, m, bt in spans])
-    ids, positions, slots = torch.from_numpy(host).to(dev)[:, :t]
+    ids, positions, slots = to_device(torch.from_numpy(host), dev)[:, :t]
     at = _aligned(n + 1, 4)  # where starts begin
     small = np.zeros(at + n, dtype=np.int32)
     small[:n + 1], small[at:] = bounds, starts
-    small = torch.from_numpy(small).to(dev)
+    small = to_device(torch.from_numpy(small), dev)
     return PrefillPack(ids=ids, positions=positions, slot_mapping=slots,
                        block_tables=cache.block_table_tensor(block_tables),
                        query_starts=small[:n + 1], starts=small[at:],
