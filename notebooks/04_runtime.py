@@ -251,7 +251,10 @@ if "serve_offline" in serve:
 # %% [markdown]
 # ### Where a run's time went
 #
-# The offline run step by step: wall time per step (black) against that step's floor (grey).
+# The offline run step by step: wall time per step (black) against that step's floor (grey),
+# and the host's time issuing the step (indigo: plan, inputs, forward, sampler; runs measured
+# before this column was recorded lack it). Where the indigo line meets the black one, the step
+# is bound by its host launch, not by the GPU.
 # Steps that prefill (alone, or mixed with the decode rows of that step) are marked. In the
 # `engine` run a step that admits new prompts runs their whole prefill, and the decode rows of
 # that step wait for it: the tall steps while the offline run admits its requests and, online,

@@ -324,6 +324,10 @@ def test_smoke_steps_add_up_to_their_runs(smoke):
         rounding = len(sel) * 5e-5  # step rows hold ms to 4 decimals
         assert sel["wall_ms"].sum() == pytest.approx(r["busy_s"] * 1e3, abs=rounding)
         assert sel["floor_ms"].sum() == pytest.approx(r["floor_s"] * 1e3, abs=rounding)
+        # the engine's split of each call: issuing it and waiting for the step before, parts
+        # of the call, which is part of the step's wall
+        assert (sel["issue_ms"] > 0).all() and (sel["wait_ms"] >= 0).all()
+        assert (sel["issue_ms"] + sel["wait_ms"] <= sel["wall_ms"] + 1e-3).all()
         assert list(sel["step"]) == list(range(len(sel)))
     # a request's decode rows attend prompt + 1 .. prompt + output - 1 positions
     cfg = ServeBenchConfig.for_profile("smoke")

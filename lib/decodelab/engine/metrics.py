@@ -52,6 +52,11 @@ class StepRecord:
         """Host time of the step outside the forward pass and outside stalls."""
         return sum(getattr(self, p) for p in PHASES if p != "forward") - self.sync_wait
 
+    @property
+    def issue(self) -> float:
+        """Host time issuing the step: every phase before ``emit`` (the forward's too)."""
+        return sum(getattr(self, p) for p in PHASES if p != "emit")
+
 
 class PhaseClock:
     """Charges the host time since the previous mark to a phase of one step's record (after

@@ -32,6 +32,11 @@ class StepTrace:
     wall_s: float  # this step's start to the next one's (or to the loop going idle)
     floor: StepFloor
     gc_s: float  # garbage collection that started within the step (core.gc_pauses)
+    # the engine's own split of the call (its StepRecord): host time issuing the step (plan,
+    # inputs, forward, sampler, output copy), and time blocked on the device for the step
+    # before's tokens. A step whose wall is mostly ``issue_s`` is bound by its host launch.
+    issue_s: float = NAN
+    wait_s: float = NAN
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +194,8 @@ class ServeStepRow:
     floor_ms: float
     bound: str
     gc_ms: float  # garbage collection within the step's wall time
+    issue_ms: float  # host time issuing the step (StepTrace.issue_s)
+    wait_ms: float  # blocked on the device for the step before's tokens (StepTrace.wait_s)
     model: str = ""
     dtype: str = ""
     block_size: int = 0
@@ -200,4 +207,5 @@ class ServeStepRow:
         # to 0.1 µs: tens of thousands of steps per GPU run, and no clock resolves finer
         return cls(variant, run, step, w.kind, w.decode_rows, s.bucket, w.prefill_rows,
                    w.prefill_tokens, w.decode_context, round(s.wall_s * 1e3, 4),
-                   round(s.floor.s * 1e3, 4), s.floor.bound, round(s.gc_s * 1e3, 4))
+                   round(s.floor.s * 1e3, 4), s.floor.bound, round(s.gc_s * 1e3, 4),
+                   round(s.issue_s * 1e3, 4), round(s.wait_s * 1e3, 4))

@@ -30,6 +30,7 @@ from decodelab.engine.bench.serve_rows import RunTrace, StepTrace
 from decodelab.engine.bench.serve_workload import ServeRequest
 from decodelab.engine.config import EngineConfig
 from decodelab.engine.engine import Engine
+from decodelab.engine.metrics import StepRecord
 from decodelab.engine.requests import Request, SamplingParams
 
 
@@ -96,7 +97,7 @@ class ServeEngine:
             temperature=temperature, ignore_eos=True, max_new_tokens=r.output_len, seed=i),
             on_token=_stamp(times[i])) for i, r in enumerate(reqs)]
         ended_before, tokens_before = len(eng.metrics.requests), eng.metrics.tokens_out
-        steps: list[tuple[StepWork, int, float, float]] = []  # (work, bucket, wall, gc s)
+        steps: list[tuple[StepWork, StepRecord, float, float]] = []  # (.., wall, gc s)
         bar = tqdm(total=sum(r.output_len for r in reqs), desc=f"serve {name}", unit="tok",
                    file=sys.stderr, mininterval=2.0, leave=False)
         freeze_heap()
@@ -132,18 +133,19 @@ class ServeEngine:
             raise RuntimeError(f"serve run {name}: {len(ended)} of {len(reqs)} requests ended, "
                                f"{eng.pool.num_total - eng.pool.num_free} cache blocks still held")
         return RunTrace(tuple(ended), tuple(tuple(t) for t in times),
-                        tuple(StepTrace(w, b, wall, self.floor(w), gc_s)
-                              for w, b, wall, gc_s in steps),
+                        tuple(StepTrace(w, rec.bucket, wall, self.floor(w), gc_s,
+                                        rec.issue, rec.sync_wait)
+                              for w, rec, wall, gc_s in steps),
                         t_end - t0, pauses.count, pauses.total_s, pauses.longest_s)
 
     @staticmethod
     def _close(open_step, t_next: float, pauses: GcPauses
-               ) -> tuple[StepWork, int, float, float]:
+               ) -> tuple[StepWork, StepRecord, float, float]:
         start, work, rec = open_step
         if rec.batch != work.decode_rows:
             raise RuntimeError(f"serve: step {rec.step} decoded {rec.batch} rows, the plan "
                                f"observed {work.decode_rows}")
-        return work, rec.bucket, t_next - start, pauses.within(start, t_next)
+        return work, rec, t_next - start, pauses.within(start, t_next)
 
 
 def _stamp(times: list[float]):
