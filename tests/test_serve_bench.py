@@ -388,4 +388,7 @@ def test_serving_figures_and_summary_render(smoke):
     text = serve_summary(smoke)
     assert "this machine" in text and "its floor" in text and "`offline`" in text
     assert "TTFT p99" in text
+    assert "Offline, median wall / host issuing per step: " in text and " ms." in text
+    older = {**smoke, "serve_steps": smoke["serve_steps"].drop(columns=["issue_ms"])}
+    assert "host issuing" not in serve_summary(older)  # a table from before the column
     assert "No serving results" in serve_summary({})

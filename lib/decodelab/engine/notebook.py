@@ -236,8 +236,25 @@ def serve_summary(tables: dict[str, pd.DataFrame]) -> str:
             for r in sel.itertuples())
         lines.append(f"- **{origin_label(origin)}**, {sel['model'].iloc[0]} {sel['dtype'].iloc[0]}"
                      f", `{variant}` ({sel['max_num_seqs'].iloc[0]} rows): {runs}."
-                     + _knee(on, origin, variant))
+                     + _knee(on, origin, variant)
+                     + _issue(tables.get("serve_steps"), origin, variant))
     return "\n".join(lines)
+
+
+def _issue(steps: pd.DataFrame | None, origin: str, variant: str) -> str:
+    """The offline run's steps by kind: median wall against the host's time issuing them
+    (empty where the table does not record it)."""
+    if steps is None or "issue_ms" not in steps:
+        return ""
+    sel = steps[(steps["origin"] == origin) & (steps["variant"] == variant)
+                & (steps["run"] == "offline") & steps["issue_ms"].notna()]
+    kinds = [(kind, g) for kind, g in sel.groupby("kind", sort=False)
+             if kind in ("decode", "mixed", "prefill")]
+    if not kinds:
+        return ""
+    return " Offline, median wall / host issuing per step: " + ", ".join(
+        f"{kind} {g['wall_ms'].median():.2f} / {g['issue_ms'].median():.2f} ms"
+        for kind, g in kinds) + "."
 
 
 def _knee(on: pd.DataFrame | None, origin: str, variant: str) -> str:
