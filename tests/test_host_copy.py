@@ -63,6 +63,8 @@ def test_prefill_inputs_reach_the_gpu_without_waiting_for_it():
     copied = to_device(host, dev)
     assert not done.query()
     assert torch.equal(copied.cpu(), host)
+    empty = to_device(torch.tensor([], dtype=torch.int64), dev)  # a first admission's output
+    assert empty.device.type == "cuda" and empty.numel() == 0
 
     chunks, tables, starts = [[5, 6, 7], [8, 9]], [[3, 1], [2]], [16, 0]
     packs = []
