@@ -36,3 +36,17 @@ def dense_kv(k_pool: torch.Tensor, table: torch.Tensor, ctx: int) -> torch.Tenso
     hkv, bs, d = k_pool.shape[1:]
     m = -(-ctx // bs)
     return k_pool[table[:m].long()].transpose(0, 1).reshape(hkv, m * bs, d)[:, :ctx]
+
+
+def padded(case, rows: int, chunks: int):
+    """``case`` (``paged_case``'s arguments) as a CUDA graph of ``rows`` query rows and
+    ``chunks`` chunks replays it: q padded with random rows past the pack, empty chunks after
+    its own (query starts repeat its end, start 0, a table of block 0)."""
+    q, k_pool, v_pool, tables, bounds, starts, scale = case
+    t, n = q.shape[0], starts.shape[0]
+    extra = torch.randn((rows - t, *q.shape[1:]), device=q.device).to(q.dtype)
+    pad = chunks - n
+    return (torch.cat([q, extra]), k_pool, v_pool,
+            torch.cat([tables, tables.new_zeros((pad, tables.shape[1]))]),
+            torch.cat([bounds, bounds[-1:].repeat(pad)]), torch.cat([starts, starts.new_zeros(pad)]),
+            scale)

@@ -20,3 +20,9 @@ def to_device(host: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     if device.type != "cuda":
         return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
+
+
+def copy_into(dst: torch.Tensor, host: torch.Tensor) -> None:
+    """``dst.copy_(host)`` (a CPU tensor of ``dst``'s shape); to a CUDA device without waiting
+    for it, as :func:`to_device`."""
+    dst.copy_(host.pin_memory() if dst.is_cuda else host, non_blocking=dst.is_cuda)

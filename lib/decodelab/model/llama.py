@@ -14,6 +14,9 @@ Interface (stable; the runtime engine builds on exactly this):
         already hold ceil((start + len) / block_size) blocks), then each chunk token attends
         causally to positions 0 .. its own of its own sequence, read from the paged cache.
         Bad inputs raise ValueError before any device work (``prefill_pack.check_chunks``).
+        ``prefill_packed(pack)`` runs a pack already on the device: with the Triton backend
+        nothing in it depends on the lengths on the host, so it runs under a CUDA graph per
+        token bucket too (``decodelab.model.prefill_graphs.PrefillGraphs``).
     model.decode(input_ids (B,) int64, positions (B,) int64, slot_mapping (B,) int64,
                  block_tables (B, max_blocks) int32, context_lens (B,) int32)
         -> logits (B, vocab) float32.
@@ -53,7 +56,7 @@ from decodelab.core.validate import ConfigError, check_bool, check_choice
 from decodelab.model.attention import paged_decode_attention_ref, paged_prefill_attention_ref
 from decodelab.model.config import ModelConfig, rope_inv_freq
 from decodelab.model.kv_cache import PagedKVCache, slots_at
-from decodelab.model.prefill_pack import pack_prefill
+from decodelab.model.prefill_pack import PrefillPack, pack_prefill
 from decodelab.model.weights import Weights
 
 
@@ -119,13 +122,7 @@ class TorchOps:
 
     decode_attention = staticmethod(paged_decode_attention_ref)
 
-    @staticmethod
-    def prefill_attention(q, k_cache, v_cache, block_tables, query_starts, starts, scale,
-                          max_query_len: int) -> torch.Tensor:
-        """``TritonOps.prefill_attention``'s contract (``max_query_len`` sizes its grid; the
-        reference loops over the chunks instead)."""
-        return paged_prefill_attention_ref(q, k_cache, v_cache, block_tables, query_starts,
-                                           starts, scale)
+    prefill_attention = staticmethod(paged_prefill_attention_ref)
 
 
 def _ops(backend: str, device: torch.device, pdl: bool | None, linear_choice: dict | None,
@@ -228,10 +225,14 @@ class PagedLlama:
                 starts: Sequence[int] | None = None) -> torch.Tensor:
         """Chunks of new tokens (whole prompts where ``starts`` is None), packed without
         padding -> logits (n, vocab) float32 at each chunk's last position (see module doc)."""
+        return self.prefill_packed(pack_prefill(
+            self.cache, token_ids, block_tables, starts, vocab_size=self.config.vocab_size,
+            max_positions=self.config.max_position_embeddings))
+
+    @torch.inference_mode()
+    def prefill_packed(self, pack: PrefillPack) -> torch.Tensor:
+        """:meth:`prefill` of a pack already on the device (``prefill_graphs`` captures it)."""
         cache, ops = self.cache, self.ops
-        pack = pack_prefill(cache, token_ids, block_tables, starts,
-                            vocab_size=self.config.vocab_size,
-                            max_positions=self.config.max_position_embeddings)
 
         def attend(layer, q, k, v):
             # K/V to the cache first: each chunk then reads its own and its earlier positions
@@ -239,8 +240,7 @@ class PagedLlama:
             q = ops.rope_write(q, k, v, pack.positions, self.cos, self.sin, cache, layer,
                                pack.slot_mapping)
             return ops.prefill_attention(q, cache.k[layer], cache.v[layer], pack.block_tables,
-                                         pack.query_starts, pack.starts, self.scale,
-                                         pack.max_query_len)
+                                         pack.query_starts, pack.starts, self.scale)
 
         return self._logits(self._forward(pack.ids, attend)[pack.last])
 

@@ -37,7 +37,6 @@ class PrefillPack:
     query_starts: torch.Tensor
     starts: torch.Tensor
     last: torch.Tensor
-    max_query_len: int  # the longest chunk: the Triton kernel sizes its grid with it
 
 
 def check_chunks(token_ids: Sequence[Sequence[int]], block_tables: Sequence[Sequence[int]],
@@ -83,35 +82,63 @@ def _slots(table: Sequence[int], start: int, n: int, block_size: int) -> np.ndar
     return slots_at(rows, np.arange(start, start + n), block_size)
 
 
-def pack_prefill(cache: PagedKVCache, token_ids: Sequence[Sequence[int]],
-                 block_tables: Sequence[Sequence[int]], starts: Sequence[int] | None = None,
-                 *, vocab_size: int, max_positions: int) -> PrefillPack:
-    """Check the chunks (:func:`check_chunks`), then build their packed tensors on the cache's
-    device (numpy on the host, no Python loop per token)."""
-    bs, dev = cache.block_size, cache.device
+@dataclass(frozen=True, slots=True)
+class HostPack:
+    """A checked prefill call laid out on the host (numpy), before any copy to the device."""
+
+    tokens: np.ndarray  # (3, T) int64: ids, positions, slots
+    bounds: np.ndarray  # (n+1,) int32: the query starts
+    starts: np.ndarray  # (n,) int32
+    tables: np.ndarray  # (n, width) int32, padded with the scratch block
+
+
+def host_pack(cache: PagedKVCache, token_ids: Sequence[Sequence[int]],
+              block_tables: Sequence[Sequence[int]], starts: Sequence[int] | None = None, *,
+              vocab_size: int, max_positions: int, width: int | None = None) -> HostPack:
+    """Check the chunks (:func:`check_chunks`), then lay them out (numpy, no Python loop per
+    token); ``width``: the tables' (default: the longest table's)."""
+    bs = cache.block_size
     starts = check_chunks(token_ids, block_tables, starts, block_size=bs,
                           num_blocks=cache.num_blocks, vocab_size=vocab_size,
                           max_positions=max_positions)
     lens = [len(c) for c in token_ids]
     spans = list(zip(starts, lens, block_tables, strict=True))
-    bounds = [0, *accumulate(lens)]
-    n, t = len(lens), bounds[-1]
+    t = sum(lens)
+    tokens = np.empty((3, t), dtype=np.int64)
+    tokens[0] = np.fromiter(chain.from_iterable(token_ids), np.int64, count=t)
+    tokens[1] = np.concatenate([np.arange(s, s + m) for s, m, _ in spans])
+    tokens[2] = np.concatenate([_slots(bt, s, m, bs) for s, m, bt in spans])
+    width = width if width is not None else max(len(bt) for bt in block_tables)
+    tables = np.full((len(lens), width), cache.scratch_block, dtype=np.int32)
+    for row, bt in zip(tables, block_tables, strict=True):
+        row[:len(bt)] = bt
+    return HostPack(tokens, np.array([0, *accumulate(lens)], dtype=np.int32),
+                    np.array(starts, dtype=np.int32), tables)
+
+
+def pack_prefill(cache: PagedKVCache, token_ids: Sequence[Sequence[int]],
+                 block_tables: Sequence[Sequence[int]], starts: Sequence[int] | None = None,
+                 *, vocab_size: int, max_positions: int) -> PrefillPack:
+    """:func:`host_pack`, then its packed tensors on the cache's device."""
+    host = host_pack(cache, token_ids, block_tables, starts, vocab_size=vocab_size,
+                     max_positions=max_positions)
+    dev = cache.device
+    n, t = host.starts.shape[0], host.tokens.shape[1]
     # One copy to the device each for (3, T) int64 ids, positions, slots and for the int32
-    # chunk offsets and starts. Every tensor starts at a multiple of 16 bytes: Triton compiles
-    # a kernel once per pointer alignment, so an unaligned view would compile again.
-    host = np.zeros((3, _aligned(t, 2)), dtype=np.int64)
-    host[0, :t] = np.fromiter(chain.from_iterable(token_ids), np.int64, count=t)
-    host[1, :t] = np.concatenate([np.arange(s, s + m) for s, m, _ in spans])
-    host[2, :t] = np.concatenate([_slots(bt, s, m, bs) for s, m, bt in spans])
-    ids, positions, slots = to_device(torch.from_numpy(host), dev)[:, :t]
-    at = _aligned(n + 1, 4)  # where starts begin
-    small = np.zeros(at + n, dtype=np.int32)
-    small[:n + 1], small[at:] = bounds, starts
+    # chunk offsets, starts and tables. Every tensor starts at a multiple of 16 bytes: Triton
+    # compiles a kernel once per pointer alignment, so an unaligned view would compile again.
+    tokens = np.zeros((3, _aligned(t, 2)), dtype=np.int64)
+    tokens[:, :t] = host.tokens
+    ids, positions, slots = to_device(torch.from_numpy(tokens), dev)[:, :t]
+    at, tables_at = _aligned(n + 1, 4), _aligned(n + 1, 4) + _aligned(n, 4)
+    small = np.zeros(tables_at + host.tables.size, dtype=np.int32)
+    small[:n + 1], small[at:at + n], small[tables_at:] = (host.bounds, host.starts,
+                                                         host.tables.ravel())
     small = to_device(torch.from_numpy(small), dev)
     return PrefillPack(ids=ids, positions=positions, slot_mapping=slots,
-                       block_tables=cache.block_table_tensor(block_tables),
-                       query_starts=small[:n + 1], starts=small[at:],
-                       last=small[1:n + 1].long() - 1, max_query_len=max(lens))
+                       block_tables=small[tables_at:].view(n, host.tables.shape[1]),
+                       query_starts=small[:n + 1], starts=small[at:at + n],
+                       last=small[1:n + 1].long() - 1)
 
 
 def _aligned(count: int, per_16_bytes: int) -> int:

@@ -43,6 +43,7 @@ from decodelab.model.triton import attention_plan, skinny
 from decodelab.model.triton.attention import kv_tile, merge_partials
 from decodelab.model.triton.pdl import enter as _pdl_enter
 from decodelab.model.triton.pdl import launch_kw
+from decodelab.model.triton.prefill_attention import CHUNK_TILE, chunk_of
 
 STAGES = 4
 WIDE_N = 4096  # weights with more output columns (or K) take wider tiles (``matmul_tile``)
@@ -109,9 +110,8 @@ def stages_for(block_m: int, block_n: int, block_k: int, elem_bytes: int, shared
 def matmul(x: torch.Tensor, w: torch.Tensor, *, pdl: bool = False) -> torch.Tensor:
     """x (M, K), w (N, K) -> (M, N) in w's dtype, any M: the skinny kernel in the tiles of
     :func:`matmul_tile`. (The SwiGLU product goes through ``fused.silu_mul`` first, a per-row
-    kernel:
-    fused into this kernel's x tile it is recomputed by every program, 10x slower at the down
-    projection.)"""
+    kernel: fused into this kernel's x tile it is recomputed by every program, 10x slower at
+    the down projection.)"""
     n, k = w.shape
     if x.stride(1) != 1 or w.stride(1) != 1 or x.shape[1] != k:
         raise ValueError(f"invariant.matmul: x {tuple(x.shape)}, w {tuple(w.shape)}: need "
@@ -141,13 +141,14 @@ def _softmax_tile(q, k, v, valid, m_i, l_i, acc, scale_log2, PRECISION: tl.const
     return m_new, l_i, acc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["chunks"])
 def _attn_rows_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, qs_ptr, starts_ptr, ctx_ptr, m_ptr,
-                      l_ptr, acc_ptr, scale_log2, per_chunk, splits, stride_qt, stride_qh,
+                      l_ptr, acc_ptr, scale_log2, chunks, splits, stride_qt, stride_qh,
                       stride_kb, stride_kh, stride_kt, stride_bt, G: tl.constexpr,
                       GPOW: tl.constexpr, ROWS: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
                       TILE: tl.constexpr, SPLIT: tl.constexpr, STAGES: tl.constexpr,
-                      PRECISION: tl.constexpr, DECODE: tl.constexpr, PDL: tl.constexpr):
+                      PRECISION: tl.constexpr, DECODE: tl.constexpr, PDL: tl.constexpr,
+                      CHUNK_TILE: tl.constexpr):
     """One program per (block of query tokens of one sequence, KV head, lane): ROWS rows, the
     GQA group of each of ROWS // GPOW tokens; lane j of J computes the splits j, j + J, ... its
     rows use, each from fresh (m, l, acc) over the split's positions in TILE tiles, and writes
@@ -156,15 +157,13 @@ def _attn_rows_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, qs_ptr, starts_ptr,
     uses. A row's numbers depend on its query, its context and the K/V alone: the other rows
     only share the tile loads (a position past a row's context is masked to -inf, so a tile
     the row does not need adds exact zeros). DECODE: block b is token b over table row b,
-    context lens[b]; else block b is part b % per_chunk of chunk b // per_chunk (its tokens
+    context lens[b]; else block b is a part of chunk c = ``chunk_of(b)`` (its tokens
     query_starts[c] + ..., contexts starts[c] + j + 1), and each token's context is written to
     ctx for the merge. ``splits`` (the partials' row length) is a run-time value: a prefill
     pack's table width changes with its longest context, and a compile-time one would compile
     the kernel again for every 256 positions."""
     _pdl_enter(PDL)  # q and the newest K/V come from the kernels before
-    blk = tl.program_id(0)
-    kvh = tl.program_id(1)
-    lane = tl.program_id(2)
+    blk, kvh, lane = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     r = tl.arange(0, ROWS)
     tok = r // GPOW
     g = r % GPOW
@@ -174,9 +173,9 @@ def _attn_rows_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, qs_ptr, starts_ptr,
         live = tok == 0
         ctx = tl.where(live, tl.load(lens_ptr + blk), 0)
     else:
-        table = blk // per_chunk
+        table = chunk_of(blk, qs_ptr, chunks, ROWS // GPOW, CHUNK_TILE)
         q0 = tl.load(qs_ptr + table)
-        first = q0 + (blk % per_chunk) * (ROWS // GPOW)
+        first = q0 + (blk - q0 // (ROWS // GPOW) - table) * (ROWS // GPOW)
         token = first + tok
         live = token < tl.load(qs_ptr + table + 1)
         ctx = tl.where(live, tl.load(starts_ptr + table) + token - q0 + 1, 0)
@@ -240,7 +239,7 @@ def split_lanes(programs: int, splits: int, sms: int) -> int:
 def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
             block_tables: torch.Tensor, scale: float, *, lens: torch.Tensor | None = None,
             query_starts: torch.Tensor | None = None, starts: torch.Tensor | None = None,
-            max_query_len: int = 1, pdl: bool = False) -> torch.Tensor:
+            pdl: bool = False) -> torch.Tensor:
     """Decode (``lens``: one token per table row) or prefill (``query_starts``, ``starts``:
     chunks of tokens) through one kernel and its in-order merge."""
     t, h, d = q.shape
@@ -254,11 +253,11 @@ def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                          f"group {group} (at most {ROWS}), contiguous last dims")
     splits = triton.cdiv(block_tables.shape[1] * bs, SPLIT)  # the widest row's
     if decode:
-        blocks, per_chunk, ctx = t, 1, lens
+        blocks, chunks, ctx = t, 1, lens
     else:
-        per_chunk = triton.cdiv(max_query_len, rows // gpow)
-        blocks = (query_starts.numel() - 1) * per_chunk
-        ctx = torch.empty(t, dtype=torch.int32, device=q.device)
+        chunks = query_starts.numel() - 1
+        blocks = t // (rows // gpow) + chunks
+        ctx = torch.zeros(t, dtype=torch.int32, device=q.device)  # rows past the chunks: 0
     m = torch.empty((t, h, splits), dtype=torch.float32, device=q.device)
     lsum = torch.empty_like(m)
     acc = torch.empty((t, h, splits, d), dtype=torch.float32, device=q.device)
@@ -269,12 +268,12 @@ def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     lanes = split_lanes(blocks * hkv, splits, attention_plan.sm_count(q.device))
     _attn_rows_kernel[(blocks, hkv, lanes)](
         q, k_cache, v_cache, block_tables, ctx, query_starts if not decode else ctx,
-        starts if not decode else ctx, ctx, m, lsum, acc, scale * 1.4426950408889634, per_chunk,
+        starts if not decode else ctx, ctx, m, lsum, acc, scale * 1.4426950408889634, chunks,
         splits, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), block_tables.stride(0), G=group, GPOW=gpow, ROWS=rows, D=d, BS=bs,
         TILE=launch.tile, SPLIT=SPLIT, STAGES=launch.stages,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", DECODE=decode, PDL=pdl,
-        num_warps=launch.warps, **launch_kw(pdl))
+        CHUNK_TILE=CHUNK_TILE, num_warps=launch.warps, **launch_kw(pdl))
     out = torch.empty((t, h, d), dtype=q.dtype, device=q.device)
     _merge_splits_in_order_kernel[(t, h)](m, lsum, acc, ctx, out, splits, out.stride(0),
                                           out.stride(1), D=d, SPLIT=SPLIT, PDL=pdl, num_warps=1,
@@ -291,10 +290,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 
 def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                       block_tables: torch.Tensor, query_starts: torch.Tensor,
-                      starts: torch.Tensor, scale: float, max_query_len: int, *,
-                      pdl: bool = False) -> torch.Tensor:
+                      starts: torch.Tensor, scale: float, *, pdl: bool = False
+                      ) -> torch.Tensor:
     """``prefill_attention.paged_prefill_attention``'s contract through the decode kernel: each
     token's rows are computed as a decode step at its position would compute them (up to
     ROWS // group tokens of a chunk share a program's K/V tiles)."""
     return _attend(q, k_cache, v_cache, block_tables, scale, query_starts=query_starts,
-                   starts=starts, max_query_len=max_query_len, pdl=pdl)
+                   starts=starts, pdl=pdl)

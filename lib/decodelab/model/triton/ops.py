@@ -86,10 +86,10 @@ class TritonOps:
         return paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale,
                                       pdl=self._pdl(q.shape[0]))
 
-    def prefill_attention(self, q, k_cache, v_cache, block_tables, query_starts, starts, scale,
-                          max_query_len: int) -> torch.Tensor:
+    def prefill_attention(self, q, k_cache, v_cache, block_tables, query_starts, starts, scale
+                          ) -> torch.Tensor:
         return paged_prefill_attention(q, k_cache, v_cache, block_tables, query_starts, starts,
-                                       scale, max_query_len)
+                                       scale)
 
 
 class InvariantOps(TritonOps):
@@ -123,8 +123,7 @@ class InvariantOps(TritonOps):
         return invariant.decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale,
                                           pdl=self._pdl(q.shape[0]))
 
-    def prefill_attention(self, q, k_cache, v_cache, block_tables, query_starts, starts, scale,
-                          max_query_len: int) -> torch.Tensor:
+    def prefill_attention(self, q, k_cache, v_cache, block_tables, query_starts, starts, scale
+                          ) -> torch.Tensor:
         return invariant.prefill_attention(q, k_cache, v_cache, block_tables, query_starts,
-                                           starts, scale, max_query_len,
-                                           pdl=self._pdl(q.shape[0]))
+                                           starts, scale, pdl=self._pdl(q.shape[0]))

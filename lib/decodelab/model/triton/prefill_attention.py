@@ -1,7 +1,7 @@
 """Varlen paged prefill attention in Triton: one launch per pack, K/V read through the block
 table, one compiled kernel for every packing.
 
-One program per (query block, chunk, KV head). It takes BLOCK_Q consecutive tokens of one
+One program per (query block, KV head). It takes BLOCK_Q consecutive tokens of one
 chunk and the G query heads that share one KV head as one (BLOCK_Q * GP, D) tile (row r:
 token r // GP, head r % GP; GP = G padded to a power of two), so each K/V tile is loaded once
 for the whole group. It walks positions 0 .. its last token's position of its own sequence in
@@ -14,7 +14,12 @@ position need no mask; the rest mask key position > query position (start offset
 
 No per-shape compilation (the cold cost of SDPA's per-length execution plans): chunk offsets,
 starts and lengths are read from device tensors, the block-table width is not specialized on,
-and the grid is the only thing a new pack changes. The constexprs are the tile sizes (fixed
+and the grid depends on the row count T and the chunk count n alone, never on the lengths:
+chunk i's query blocks are programs ``query_starts[i] // BLOCK_Q + i`` onwards (room for
+``cdiv(len, BLOCK_Q)`` of them before chunk i + 1's), so ``T // BLOCK_Q + n`` programs cover
+any pack, each finding its chunk by counting the starts at or below its own. A CUDA graph of a
+padded pack (``model.prefill_graphs``: rows past the chunks, empty chunks at the end) replays
+any pack of up to its rows and chunks. The constexprs are the tile sizes (fixed
 here, chosen for sm_90, never autotuned: a per-shape autotune would be that cold cost again;
 narrower only where they would not fit the GPU's shared memory, ``tiles_for``), head dim,
 group and block size (fixed per model), and the dtype. Imported lazily: GPU only (or
@@ -22,7 +27,7 @@ Triton's interpreter). Launched without programmatic dependent launch: prefill i
 
     paged_prefill_attention(q (T, H, D), k_cache, v_cache (num_blocks, Hkv, block_size, D),
                             block_tables (n, M) int32, query_starts (n+1,) int32,
-                            starts (n,) int32, scale, max_query_len)
+                            starts (n,) int32, scale)
         -> (T, H, D) in q's dtype; same contract as attention.paged_prefill_attention_ref.
 """
 
@@ -38,7 +43,7 @@ ROWS = 128  # query rows (tokens x padded group) per program: the tensor-core M 
 BLOCK_N = 64  # K/V positions per tile
 WARPS = 4
 STAGES = 2
-MAX_CHUNKS = 65535  # the grid's second dimension
+CHUNK_TILE = 256  # chunk starts a program reads at a time while it finds its chunk
 # Where (ROWS, BLOCK_N, STAGES) would not fit the GPU's shared memory per block (a T4's 64 KiB
 # with head_dim 128 or a float32 cache, an L4's 99 KiB with head_dim 128), the first of these
 # that does; one stage costs nothing below sm_80 (no asynchronous copies to pipeline).
@@ -88,19 +93,32 @@ def _attend_tile(q, acc, m_i, l_i, k_head, v_head, bt_row, kv0, ctx, qpos, scale
     return acc, m_new, l_i
 
 
-@triton.jit(do_not_specialize=["stride_bt"])
-def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, qs_ptr, st_ptr, out_ptr, scale_log2,
+@triton.jit
+def chunk_of(w, qs_ptr, n, BLOCK_Q: tl.constexpr, CHUNK_TILE: tl.constexpr):
+    """The chunk whose query blocks hold program ``w``: the last i with
+    ``query_starts[i] // BLOCK_Q + i <= w`` (those firsts increase with i)."""
+    count = 0
+    for c0 in range(0, n, CHUNK_TILE):
+        i = c0 + tl.arange(0, CHUNK_TILE)
+        first = tl.load(qs_ptr + i, mask=i < n, other=0) // BLOCK_Q + i
+        count += tl.sum(((first <= w) & (i < n)).to(tl.int32), axis=0)
+    return count - 1
+
+
+@triton.jit(do_not_specialize=["stride_bt", "n"])
+def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, qs_ptr, st_ptr, out_ptr, scale_log2, n,
                          stride_qt, stride_qh, stride_kb, stride_kh, stride_kt, stride_bt,
                          stride_ot, stride_oh,
                          G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
                          BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
-                         PRECISION: tl.constexpr):
-    qb = tl.num_programs(0) - 1 - tl.program_id(0)  # the costliest (latest) query blocks first
-    seq = tl.program_id(1)
-    kvh = tl.program_id(2)
+                         CHUNK_TILE: tl.constexpr, PRECISION: tl.constexpr):
+    w = tl.num_programs(0) - 1 - tl.program_id(0)  # the costliest (latest) query blocks first
+    seq = chunk_of(w, qs_ptr, n, BLOCK_Q, CHUNK_TILE)
+    kvh = tl.program_id(1)
     row0 = tl.load(qs_ptr + seq)
+    qb = w - (row0 // BLOCK_Q + seq)  # this program's query block within its chunk
     qlen = tl.load(qs_ptr + seq + 1) - row0
-    if qb * BLOCK_Q >= qlen:  # the grid is sized for the longest chunk
+    if qb * BLOCK_Q >= qlen:  # room left for a longer chunk, or an empty (padding) chunk
         return
     start = tl.load(st_ptr + seq)
     r = tl.arange(0, BLOCK_Q * GP)
@@ -135,8 +153,7 @@ def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, qs_ptr, st_ptr, out_ptr, s
              o.to(out_ptr.dtype.element_ty), mask=valid[:, None])
 
 
-def _check(q, k_cache, v_cache, block_tables, query_starts, starts, max_query_len: int
-           ) -> None:
+def _check(q, k_cache, v_cache, block_tables, query_starts, starts) -> None:
     t, h, d = q.shape
     n, hkv = starts.shape[0], k_cache.shape[1]
     if d & (d - 1) or d < 16 or q.stride(2) != 1 or k_cache.stride(3) != 1:
@@ -153,23 +170,18 @@ def _check(q, k_cache, v_cache, block_tables, query_starts, starts, max_query_le
         if x.dtype != torch.int32 or x.stride(-1) != 1:
             raise ValueError(f"paged_prefill_attention: {name} must be contiguous int32 (one "
                              f"compiled kernel), got {x.dtype}")
-    if not 1 <= n <= MAX_CHUNKS or query_starts.shape != (n + 1,) or block_tables.shape[0] != n:
-        raise ValueError(f"paged_prefill_attention: {n} chunks (allowed 1 .. {MAX_CHUNKS}), "
+    if n < 1 or query_starts.shape != (n + 1,) or block_tables.shape[0] != n:
+        raise ValueError(f"paged_prefill_attention: {n} chunks (need at least 1), "
                          f"query_starts {tuple(query_starts.shape)}, block tables "
                          f"{tuple(block_tables.shape)}; need (n+1,) and (n, M)")
-    if not 1 <= max_query_len <= t:
-        raise ValueError(f"paged_prefill_attention: max_query_len={max_query_len}: must be in "
-                         f"[1, {t}] (the longest chunk)")
 
 
 def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             block_tables: torch.Tensor, query_starts: torch.Tensor,
-                            starts: torch.Tensor, scale: float, max_query_len: int
-                            ) -> torch.Tensor:
-    """``max_query_len``, the longest chunk's length (the caller knows it on the host), sizes
-    the grid without a device read."""
-    _check(q, k_cache, v_cache, block_tables, query_starts, starts, max_query_len)
-    _, h, d = q.shape
+                            starts: torch.Tensor, scale: float) -> torch.Tensor:
+    """Rows of q past ``query_starts[n]`` (padding) are left unwritten in the output."""
+    _check(q, k_cache, v_cache, block_tables, query_starts, starts)
+    t, h, d = q.shape
     hkv, bs = k_cache.shape[1], k_cache.shape[2]
     group = h // hkv
     gp = triton.next_power_of_2(group)
@@ -177,13 +189,13 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     rows, block_n, stages = tiles_for(d * k_cache.element_size(),
                                       attention_plan.shared_per_block(q.device), gp)
     block_q = rows // gp
-    grid = (triton.cdiv(max_query_len, block_q), starts.shape[0], hkv)
-    _prefill_attn_kernel[grid](
+    n = starts.shape[0]
+    _prefill_attn_kernel[(t // block_q + n, hkv)](
         q, k_cache, v_cache, block_tables, query_starts, starts, out,
-        scale * 1.4426950408889634, q.stride(0), q.stride(1), k_cache.stride(0),
+        scale * 1.4426950408889634, n, q.stride(0), q.stride(1), k_cache.stride(0),
         k_cache.stride(1), k_cache.stride(2), block_tables.stride(0), out.stride(0),
         out.stride(1), G=group, GP=gp, D=d, BS=bs, BLOCK_Q=block_q, BLOCK_N=block_n,
-        STAGES=stages,
+        STAGES=stages, CHUNK_TILE=CHUNK_TILE,
         # fp32 caches get exact products (the reference's precision), not tf32
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=WARPS)
     return out
