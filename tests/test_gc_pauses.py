@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import gc
 import time
+import weakref
 
 import pytest
 
-from decodelab.core.gc_pauses import GcPauses, freeze_heap
+from decodelab.core.gc_pauses import GcPauses, frozen_heap
 
 
 def test_collections_are_recorded_and_attributed_to_their_window():
@@ -32,11 +33,22 @@ def test_collections_are_recorded_and_attributed_to_their_window():
     assert pauses.within(t1, t1 + 1.0) == 0.0
 
 
-def test_frozen_objects_leave_the_collectors_view():
+class _Node:
+    me: object = None
+
+
+def test_frozen_objects_leave_the_collectors_view_inside_the_block_only():
     cycle = []
     cycle.append(cycle)  # reachable: alive after the freeze
-    try:
-        freeze_heap()
+    with frozen_heap():
         assert gc.get_freeze_count() > 0
-    finally:
-        gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+    garbage = _Node()
+    garbage.me = garbage  # a cycle frozen in the block, unreachable after it
+    alive = weakref.ref(garbage)
+    with frozen_heap():
+        del garbage
+        gc.collect()
+        assert alive() is not None  # frozen: not collected
+    gc.collect()
+    assert alive() is None

@@ -7,9 +7,11 @@ wall time then shows as a step a hundred times its median.
         ...                                # the timed loop
     pauses.within(t_start, t_end)          # seconds the collector ran in that window
 
-``freeze_heap()`` is the servers' remedy (vLLM freezes the heap after its start-up): one
-collection, then every object alive so far moves to the collector's permanent generation, so
-later collections scan only what the loop allocates.
+``with frozen_heap():`` is the servers' remedy (vLLM freezes the heap after its start-up):
+one collection, then every object alive so far moves to the collector's permanent generation,
+so later collections scan only what the loop allocates. On leaving, they move back: a frozen
+object in a reference cycle is never freed (an engine and the model it holds, say, whose GPU
+memory a later engine then cannot have).
 """
 
 from __future__ import annotations
@@ -17,13 +19,20 @@ from __future__ import annotations
 import bisect
 import gc
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 
-def freeze_heap() -> None:
-    """Collect once, then exempt every object alive now from later collections."""
+@contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Collect once, then exempt every object alive now from collections inside the block."""
     gc.collect()
     gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @dataclass

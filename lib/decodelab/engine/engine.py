@@ -7,7 +7,8 @@ One :meth:`Engine.step`:
 2. the step's prefill chunks run in one varlen call, and a sequence whose last chunk this is
    samples its first token; running ones take one decode step and are sampled in one batched
    call. With graphs that is one input copy and three graph replays (stage, forward, sample:
-   ``step_graphs``); without, the same work eagerly;
+   ``step_graphs``), and the chunks replay their token bucket's prefill graph where
+   ``prefill_graphs`` are given (``model.prefill_graphs``); without, the same work eagerly;
 3. sampled tokens are scattered into the per-slot ``last_token`` table on the device (the
    next step's inputs read it there) and copied asynchronously into pinned host memory, one
    int64 per row (-1: its logits were not finite);
@@ -37,7 +38,7 @@ from decodelab.engine.config import EngineConfig
 from decodelab.engine.metrics import Metrics, PhaseClock, RequestRecord, StepRecord
 from decodelab.engine.output import Pending, TokenOutput
 from decodelab.engine.plan import SchedulePlan, advance, apply_plan
-from decodelab.engine.protocols import ForwardGraphs, RuntimeModel
+from decodelab.engine.protocols import ForwardGraphs, Prefill, RuntimeModel
 from decodelab.engine.requests import (
     InvalidRequestError,
     Limits,
@@ -67,10 +68,12 @@ SEED_STRIDE = 1_000_003
 class Engine:
     """Continuous batching of ``model`` (see :class:`~decodelab.engine.protocols.RuntimeModel`),
     with ``graphs`` (:class:`~decodelab.engine.protocols.ForwardGraphs`) replayed for decode
-    when ``config.use_graphs``."""
+    and ``prefill_graphs`` (:class:`~decodelab.engine.protocols.Prefill`, e.g.
+    ``PrefillGraphs``) run for prefill chunks when ``config.use_graphs``."""
 
     def __init__(self, model: RuntimeModel, config: EngineConfig | None = None,
-                 graphs: ForwardGraphs | None = None) -> None:
+                 graphs: ForwardGraphs | None = None, prefill_graphs: Prefill | None = None
+                 ) -> None:
         config = config if config is not None else EngineConfig()
         # a model without the attribute (a test's stand-in) makes no such promise
         if config.batch_invariant and not getattr(model, "batch_invariant", False):
@@ -91,7 +94,8 @@ class Engine:
         rows = config.max_num_seqs
         self.output = TokenOutput(rows, self.device)
         self.runner = ModelRunner(model, config, graphs,
-                                  self.scheduler.config.blocks_needed(max_len), self.output)
+                                  self.scheduler.config.blocks_needed(max_len), self.output,
+                                  prefill_graphs)
         self.pending = self.output.pending
         self.free_slots = list(range(rows - 1, -1, -1))
         self.waiting: list[Sequence] = []

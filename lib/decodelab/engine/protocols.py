@@ -1,9 +1,9 @@
 """What the engine needs from the model it serves and from the forward graphs it replays.
 
-``PagedLlama`` (and ``TensorParallelLlama``) and ``DecodeGraphs`` of phase 4a provide these; so
-do the CPU stand-ins of the tests (``tests/fake_runtime_model.py``), which is how the engine is
-tested without a real model. Structural (``typing.Protocol``): nothing subclasses them.
-Imports no torch at run time.
+``PagedLlama`` (and ``TensorParallelLlama``), ``DecodeGraphs`` of phase 4a and
+``PrefillGraphs`` provide these; so do the CPU stand-ins of the tests
+(``tests/fake_runtime_model.py``), which is how the engine is tested without a real model.
+Structural (``typing.Protocol``): nothing subclasses them. Imports no torch at run time.
 """
 
 from __future__ import annotations
@@ -64,6 +64,15 @@ class RuntimeModel(Protocol):
                context_lens: torch.Tensor) -> torch.Tensor:
         """(B,) each, block tables (B, m) int32 -> logits (B, vocab) float32."""
         ...
+
+
+@runtime_checkable
+class Prefill(Protocol):
+    """What runs a step's prefill chunks in place of ``RuntimeModel.prefill``, with its
+    contract (``PrefillGraphs``: a CUDA graph per token bucket, eager past them)."""
+
+    def prefill(self, token_ids: Sequence[Sequence[int]], block_tables: Sequence[Sequence[int]],
+                starts: Sequence[int] | None = None) -> torch.Tensor: ...
 
 
 class Replayable(Protocol):

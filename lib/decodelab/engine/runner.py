@@ -3,8 +3,8 @@ copy of the sampled tokens towards the host. The engine decides which rows run; 
 issues their work, asynchronously, and charges each part to its phase (``metrics.PHASES``).
 
 A step (:meth:`ModelRunner.launch`) may mix prefill chunks and decode rows. The chunks run
-first, eagerly, in one varlen ``model.prefill(chunks, tables, starts)`` call with fresh
-tensors; only the sequences whose last chunk this is sample (from its last position's logits;
+first, in one varlen ``model.prefill(chunks, tables, starts)`` call (eagerly, or through the
+prefill graph of their token bucket with ``prefill_graphs``); only the sequences whose last chunk this is sample (from its last position's logits;
 the other chunks' logits are discarded). Decode rows take the static-batch path
 (``StaticBatch``: one pinned -> device copy of the step's inputs), then, with graphs, three
 replays (stage, forward, sample: ``StepGraphs``); without, the same work eagerly. The two
@@ -23,7 +23,7 @@ from decodelab.engine.config import EngineConfig
 from decodelab.engine.metrics import PhaseClock
 from decodelab.engine.output import TokenOutput
 from decodelab.engine.plan import Chunk, SchedulePlan
-from decodelab.engine.protocols import ForwardGraphs, RuntimeModel
+from decodelab.engine.protocols import ForwardGraphs, Prefill, RuntimeModel
 from decodelab.engine.requests import Sequence
 from decodelab.engine.sampler import (
     PenaltyState,
@@ -39,8 +39,12 @@ from decodelab.engine.step_graphs import StepGraphs
 
 class ModelRunner:
     def __init__(self, model: RuntimeModel, config: EngineConfig, graphs: ForwardGraphs | None,
-                 max_blocks: int, output: TokenOutput) -> None:
+                 max_blocks: int, output: TokenOutput, prefill_graphs: Prefill | None = None
+                 ) -> None:
         self.model, self.cfg, self.output = model, config, output
+        # prefill chunks through their token bucket's graph (eager where none holds them)
+        self.prefill_call = (prefill_graphs.prefill if prefill_graphs is not None
+                             and config.use_graphs else model.prefill)
         self.device = torch.device(model.device)
         self.vocab = model.config.vocab_size
         self.fused = use_fused(config.sampler, self.device)  # the Triton sampler
@@ -89,7 +93,7 @@ class ModelRunner:
         rows = [chunks[i].seq for i in final]
         params = prefill_params(rows, dev) if rows else None
         clock.mark("prepare")
-        logits = self.model.prefill([c.seq.all_tokens()[c.start:c.start + c.tokens]
+        logits = self.prefill_call([c.seq.all_tokens()[c.start:c.start + c.tokens]
                                      for c in chunks], [c.seq.blocks for c in chunks],
                                     [c.start for c in chunks])
         clock.mark("forward")  # logits: (len(chunks), vocab)

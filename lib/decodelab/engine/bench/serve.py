@@ -9,15 +9,16 @@ loop submits each request at its arrival time between engine steps: :mod:`.serve
 cpu and smoke profiles run the tiny model on smaller workloads of the same shape.
 
 Tables (rows: :mod:`.serve_rows`): ``serve_offline`` (one row per variant and offline
-workload: throughput, latency percentiles, the decode graphs' capture time and memory, the
-warm-up), ``serve_online`` (one row per variant and rate; the rates are fractions of the first
+workload: throughput, latency percentiles, the decode and prefill graphs' capture time and
+memory, the warm-up), ``serve_online`` (one row per variant and rate; the rates are fractions of the first
 variant's offline request rate for every variant, so their latencies compare at one offered
 load; the lowest rate whose TTFT p99 exceeds 1 s in every row), ``serve_steps`` (every step
 of every measured run: kind, rows, prefill tokens, wall, floor). Every run row carries its
 floor, the sum of its steps' floors (:mod:`.serve_floor`) at the ceilings measured at the
 start of this run (:mod:`.serve_ceilings`), and measured / floor.
 
-The engine: ``max_num_seqs`` rows (256 on the GPU, decode graphs captured up to it), a KV cache
+The engine: ``max_num_seqs`` rows (256 on the GPU, decode graphs captured up to it, prefill
+graphs per token bucket up to ``token_budget``, ``model.prefill_graphs``), a KV cache
 sized from the free device memory after the weights less ``kv_margin_gib`` (on a CPU: what the
 rows need at the longest context), ``token_budget`` tokens per step. One engine per variant
 (:data:`.serve_config.VARIANTS`: whole prompts, ``engine``; chunked prefill, ``chunked``;
@@ -30,6 +31,7 @@ request must have finished with exactly its output length.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import time
 from pathlib import Path
@@ -62,9 +64,14 @@ from decodelab.model.config import named_config
 from decodelab.model.graphs import DecodeGraphs
 from decodelab.model.kv_cache import PagedKVCache
 from decodelab.model.llama import PagedLlama
+from decodelab.model.prefill_graphs import DEFAULT_BUCKETS as PREFILL_BUCKETS
+from decodelab.model.prefill_graphs import PrefillGraphs
 from decodelab.model.weights import random_weights
 
 NAN = math.nan
+# Chunks a step's prefill graph holds (more run eagerly): the H200 online runs prefilled 1-4
+# chunks a step, the offline run's first steps 8-12 (of ~4,000 tokens: past the buckets anyway).
+PREFILL_CHUNKS = 16
 
 
 def bench(profile: str, out_dir: Path, dtype: str = "auto") -> list[Path]:
@@ -104,11 +111,30 @@ def _setup(cfg: ServeBenchConfig, dev: torch.device, batch_invariant: bool = Fal
     cache = PagedKVCache(mcfg, _kv_blocks(cfg, mcfg, dtype, dev), cfg.block_size, dtype=dtype,
                          device=dev)
     model = PagedLlama(mcfg, weights, cache, batch_invariant=batch_invariant)
-    graphs = None
-    if dev.type == "cuda":
-        graphs = DecodeGraphs(model, buckets=graph_buckets((*cfg.graph_batches, cfg.max_num_seqs)),
-                              max_blocks_per_seq=blocks_needed(cfg.max_model_len, cfg.block_size))
-    return model, graphs
+    if dev.type != "cuda":
+        return model, None
+    width = blocks_needed(cfg.max_model_len, cfg.block_size)
+    decode = DecodeGraphs(model, buckets=graph_buckets((*cfg.graph_batches, cfg.max_num_seqs)),
+                          max_blocks_per_seq=width)
+    prefill = PrefillGraphs(model, [b for b in PREFILL_BUCKETS if b <= cfg.token_budget],
+                            max_chunks=PREFILL_CHUNKS, max_blocks_per_seq=width)
+    return model, ServeGraphs(decode, prefill)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeGraphs:
+    """The engine's decode graphs and prefill graphs, captured for one model."""
+
+    decode: DecodeGraphs
+    prefill: PrefillGraphs
+
+    @property
+    def capture_s(self) -> float:
+        return self.decode.capture_s + self.prefill.capture_s
+
+    @property
+    def graph_mem_mib(self) -> float:
+        return self.decode.graph_mem_mib + self.prefill.graph_mem_mib
 
 
 def _check(name: str, trace: RunTrace, reqs: list[ServeRequest]) -> None:
@@ -126,7 +152,8 @@ def _serve_variant(variant: str, ecfg: EngineConfig, cfg: ServeBenchConfig, mode
                    base_rate: float | None):
     """The warm-up, the offline runs and the online sweep of one engine variant, at fractions
     of ``base_rate`` (None: this variant's own offline request rate)."""
-    served = ServeEngine(model, ecfg, graphs, floor)
+    served = ServeEngine(model, ecfg, graphs and graphs.decode, floor,
+                         graphs and graphs.prefill)
     short = variant in SHORT_PROMPTS_ONLY
     t0 = time.perf_counter()
     served.run(f"{variant}-warmup", warmup_requests(
@@ -185,8 +212,9 @@ def _bench(cfg: ServeBenchConfig, dev: torch.device, out_dir: Path) -> list[Path
           f"bandwidth, {ceilings.gb_s:,.1f} GB/s", flush=True)
     model, graphs = _setup(cfg, dev)
     if graphs is not None:
-        print(f"[bench] serve: decode graphs {graphs.buckets} captured in {graphs.capture_s:.1f}"
-              f" s, {graphs.graph_mem_mib:.0f} MiB", flush=True)
+        for kind, g in (("decode", graphs.decode), ("prefill", graphs.prefill)):
+            print(f"[bench] serve: {kind} graphs {g.buckets} captured in {g.capture_s:.1f} s, "
+                  f"{g.graph_mem_mib:.0f} MiB", flush=True)
     vocab = model.config.vocab_size
     offline, long = cfg.offline.requests(vocab), cfg.long_prompts.requests(vocab)
     floor = floor_of(model.config, torch.tensor([], dtype=dtype).element_size(), ceilings)
@@ -196,6 +224,7 @@ def _bench(cfg: ServeBenchConfig, dev: torch.device, out_dir: Path) -> list[Path
                              max_model_len=cfg.max_model_len, use_graphs=graphs is not None)
         if getattr(ecfg, "batch_invariant", False) and not model.batch_invariant:
             del model, graphs  # its pool and graphs go before the invariant model's are sized
+            gc.collect()  # with any cycle that holds them
             model, graphs = _setup(cfg, dev, batch_invariant=True)
         # every variant's sweep at the same offered rates: the first variant's offline rate's
         base_rate = tables["serve_offline"][0].request_rate if tables["serve_offline"] else None

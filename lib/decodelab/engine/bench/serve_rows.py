@@ -117,7 +117,7 @@ class ServeRunRow:
 @dataclass(frozen=True, slots=True)
 class OfflineRow(ServeRunRow):
     """Table ``serve_offline``: one workload submitted at once (nano-vllm's, long prompts).
-    ``capture_s``/``graph_mem_mib``: the decode graphs' capture (NaN without graphs);
+    ``capture_s``/``graph_mem_mib``: the decode and prefill graphs' capture (NaN without);
     ``warmup_s``: the variant's warm-up run (its step graphs captured on first use)."""
 
     capture_s: float = NAN

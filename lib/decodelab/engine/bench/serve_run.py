@@ -8,7 +8,7 @@ token callback stamps the host time of every token (the inter-token latencies). 
 time runs from its start to the next step's start, or to the loop going idle (nothing left to
 do until the next arrival).
 
-Before each run the heap is frozen (``core.gc_pauses.freeze_heap``: the earlier runs' records
+During each run the heap is frozen (``core.gc_pauses.frozen_heap``: the earlier runs' records
 and the model's objects leave the collector's view, as a server freezes its heap after start-up)
 and every collection during the run is recorded, per step and in total: a step's wall time
 includes any collection that started in it.
@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 from tqdm import tqdm
 
-from decodelab.core.gc_pauses import GcPauses, freeze_heap
+from decodelab.core.gc_pauses import GcPauses, frozen_heap
 from decodelab.core.timing import device_sync
 from decodelab.engine.bench.serve_floor import Ceilings, StepFloor, StepWork, step_floor
 from decodelab.engine.bench.serve_rows import RunTrace, StepTrace
@@ -46,7 +46,8 @@ class _WorkTap:
 
 
 class _ModelTap:
-    """The served model; each prefill call's chunks are added to the tap."""
+    """The served model (or its prefill graphs); each prefill call's chunks are added to the
+    tap."""
 
     def __init__(self, model, tap: _WorkTap) -> None:
         self._model, self._tap = model, tap
@@ -81,10 +82,11 @@ class _PlanTap:
 class ServeEngine:
     """An engine over ``model`` whose steps' work is observed (module docstring)."""
 
-    def __init__(self, model, ecfg: EngineConfig, graphs, floor: Callable[[StepWork], StepFloor]
-                 ) -> None:
+    def __init__(self, model, ecfg: EngineConfig, graphs, floor: Callable[[StepWork], StepFloor],
+                 prefill_graphs=None) -> None:
         self.tap = _WorkTap()
-        self.engine = Engine(_ModelTap(model, self.tap), ecfg, graphs)
+        self.engine = Engine(_ModelTap(model, self.tap), ecfg, graphs,
+                             prefill_graphs and _ModelTap(prefill_graphs, self.tap))
         self.engine.scheduler = _PlanTap(self.engine.scheduler, self.tap)
         self.floor = floor
         self.device = torch.device(model.device)
@@ -100,9 +102,8 @@ class ServeEngine:
         steps: list[tuple[StepWork, StepRecord, float, float]] = []  # (.., wall, gc s)
         bar = tqdm(total=sum(r.output_len for r in reqs), desc=f"serve {name}", unit="tok",
                    file=sys.stderr, mininterval=2.0, leave=False)
-        freeze_heap()
         device_sync(self.device)
-        with GcPauses() as pauses:
+        with frozen_heap(), GcPauses() as pauses:
             t0 = time.perf_counter()
             # (start, work, record) of the last step, its wall not yet known
             i, open_step = 0, None
