@@ -76,9 +76,10 @@ def matmul_tile(rows: int, n: int, k: int) -> MatmulTile:
       rows 13.8 against 17.5 µs in 32 columns, o 5.4 against 6.4), wide ones where N is large;
     - the LM head and gate|up: 128-row tiles at 65-128 rows, 256 above (LM head at 256 rows
       255 against 526 µs in 64-row tiles);
-    - qkv, o and down at 65-256 rows: 64 x 32 tiles; K chunks of 256 for down at 65-128 rows
-      (17.5 against 19.8 µs), of 64 for qkv above 128 (12.4 against 16.0 at 192 rows); down
-      in 128 rows above 192;
+    - qkv, o and down at 65-128 rows: 64 x 32 tiles, K chunks of 256 for down, qkv in 64
+      columns (7.5 against 9.2 µs in 32 x 128); at 129-256 rows 64 x 64 x 128 for o and down,
+      64 x 128 x 128 for qkv (256 rows: down 25.7 against 31.0 µs in 128 x 32 x 128, o 7.7
+      against 8.8, qkv 11.0 against 12.1; ``batch_invariance_tiles``: 2,337 tiles, same bits);
     - above 256 rows (prefill packs): 128 x 128 tiles with K chunks of 64, 256 rows for down
       above 1,024 (at 4,096 rows qkv 143 against 223 µs in decode tiles, o 94 against 165,
       down 244 against 477; cuBLAS 86, 62, 195)."""
@@ -88,10 +89,10 @@ def matmul_tile(rows: int, n: int, k: int) -> MatmulTile:
     if wide:
         return MatmulTile(128 if rows <= 128 else 256, 128, 64, 8)
     if rows <= 128:
-        return MatmulTile(64, 32, 256 if long_k else 128, 4)
+        return MatmulTile(64, 32 if n <= SMALL_N else 64, 256 if long_k or n > SMALL_N else 128,
+                          4)
     if rows <= 256:
-        return MatmulTile(128 if long_k and rows > 192 else 64, 32,
-                          64 if n > SMALL_N and not long_k else 128, 4)
+        return MatmulTile(64, 64 if n <= SMALL_N else 128, 128, 4)
     return MatmulTile(256 if long_k and rows > 1024 else 128, 128, 64, 8)
 
 
