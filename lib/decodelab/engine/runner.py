@@ -43,8 +43,7 @@ class ModelRunner:
                  ) -> None:
         self.model, self.cfg, self.output = model, config, output
         # prefill chunks through their token bucket's graph (eager where none holds them)
-        self.prefill_call = (prefill_graphs.prefill if prefill_graphs is not None
-                             and config.use_graphs else model.prefill)
+        self.prefill_graphs = prefill_graphs if config.use_graphs else None
         self.device = torch.device(model.device)
         self.vocab = model.config.vocab_size
         self.fused = use_fused(config.sampler, self.device)  # the Triton sampler
@@ -93,9 +92,10 @@ class ModelRunner:
         rows = [chunks[i].seq for i in final]
         params = prefill_params(rows, dev) if rows else None
         clock.mark("prepare")
-        logits = self.prefill_call([c.seq.all_tokens()[c.start:c.start + c.tokens]
-                                     for c in chunks], [c.seq.blocks for c in chunks],
-                                    [c.start for c in chunks])
+        # looked up per call, not bound once: tests and fault demos wrap model.prefill
+        call = self.model.prefill if self.prefill_graphs is None else self.prefill_graphs.prefill
+        logits = call([c.seq.all_tokens()[c.start:c.start + c.tokens]
+                      for c in chunks], [c.seq.blocks for c in chunks], [c.start for c in chunks])
         clock.mark("forward")  # logits: (len(chunks), vocab)
         if rows:
             if len(rows) < len(chunks):  # the other chunks end mid-prompt: discarded
