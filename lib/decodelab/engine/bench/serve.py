@@ -22,7 +22,8 @@ graphs per token bucket up to ``token_budget``, ``model.prefill_graphs``), a KV 
 sized from the free device memory after the weights less ``kv_margin_gib`` (on a CPU: what the
 rows need at the longest context), ``token_budget`` tokens per step. One engine per variant
 (:data:`.serve_config.VARIANTS`: whole prompts, ``engine``; chunked prefill, ``chunked``;
-chunked on the batch-invariant model, ``invariant``, GPU only) serves a warm-up run (every
+chunked on the batch-invariant model, ``invariant``, GPU only, sharing the weights and the KV
+pool of the first) serves a warm-up run (every
 graph bucket's first use), then every measured run (``invariant`` not the long prompts:
 :data:`.serve_config.SHORT_PROMPTS_ONLY` says why). Before a run's row is written, every
 request must have finished with exactly its output length.
@@ -104,13 +105,19 @@ def _kv_blocks(cfg: ServeBenchConfig, mcfg, dtype: torch.dtype, dev: torch.devic
     return blocks
 
 
-def _setup(cfg: ServeBenchConfig, dev: torch.device, batch_invariant: bool = False):
+def _setup(cfg: ServeBenchConfig, dev: torch.device, like: PagedLlama | None = None):
+    """The model and its graphs. ``like``: a model whose weights and KV pool the new,
+    batch-invariant model shares (the same random weights; one pool, sized once, so the second
+    model never depends on the first one's memory coming back)."""
     mcfg = named_config(cfg.model)
-    dtype = getattr(torch, cfg.dtype)
-    weights = random_weights(mcfg, 0, dtype=dtype, device=dev)
-    cache = PagedKVCache(mcfg, _kv_blocks(cfg, mcfg, dtype, dev), cfg.block_size, dtype=dtype,
-                         device=dev)
-    model = PagedLlama(mcfg, weights, cache, batch_invariant=batch_invariant)
+    if like is None:
+        dtype = getattr(torch, cfg.dtype)
+        weights = random_weights(mcfg, 0, dtype=dtype, device=dev)
+        cache = PagedKVCache(mcfg, _kv_blocks(cfg, mcfg, dtype, dev), cfg.block_size,
+                             dtype=dtype, device=dev)
+    else:
+        weights, cache = like.weights, like.cache
+    model = PagedLlama(mcfg, weights, cache, batch_invariant=like is not None)
     if dev.type != "cuda":
         return model, None
     width = blocks_needed(cfg.max_model_len, cfg.block_size)
@@ -223,9 +230,9 @@ def _bench(cfg: ServeBenchConfig, dev: torch.device, out_dir: Path) -> list[Path
         ecfg = engine_config(variant, cfg.token_budget, max_num_seqs=cfg.max_num_seqs,
                              max_model_len=cfg.max_model_len, use_graphs=graphs is not None)
         if getattr(ecfg, "batch_invariant", False) and not model.batch_invariant:
-            del model, graphs  # its pool and graphs go before the invariant model's are sized
+            del graphs  # their memory pools go before the invariant model's graphs
             gc.collect()  # with any cycle that holds them
-            model, graphs = _setup(cfg, dev, batch_invariant=True)
+            model, graphs = _setup(cfg, dev, like=model)
         # every variant's sweep at the same offered rates: the first variant's offline rate's
         base_rate = tables["serve_offline"][0].request_rate if tables["serve_offline"] else None
         for name, rows in zip(tables, _serve_variant(variant, ecfg, cfg, model, graphs, floor,
