@@ -226,6 +226,7 @@ def _bench(cfg: ServeBenchConfig, dev: torch.device, out_dir: Path) -> list[Path
     offline, long = cfg.offline.requests(vocab), cfg.long_prompts.requests(vocab)
     floor = floor_of(model.config, torch.tensor([], dtype=dtype).element_size(), ceilings)
     tables: dict[str, list] = {"serve_offline": [], "serve_online": [], "serve_steps": []}
+    paths: list[Path] = []
     for variant in cfg.variants:
         ecfg = engine_config(variant, cfg.token_budget, max_num_seqs=cfg.max_num_seqs,
                              max_model_len=cfg.max_model_len, use_graphs=graphs is not None)
@@ -238,11 +239,13 @@ def _bench(cfg: ServeBenchConfig, dev: torch.device, out_dir: Path) -> list[Path
         for name, rows in zip(tables, _serve_variant(variant, ecfg, cfg, model, graphs, floor,
                                                      offline, long, base_rate), strict=True):
             tables[name] += rows
-    run = dict(model=cfg.model, dtype=cfg.dtype, block_size=cfg.block_size,
-               max_num_seqs=cfg.max_num_seqs, kv_blocks=model.cache.num_blocks,
-               gb_s=ceilings.gb_s, bandwidth=ceilings.bandwidth, tflop_s=ceilings.tflop_s,
-               bench_s=round(time.perf_counter() - t_start, 1))
-    steps_run = {k: run[k] for k in ("model", "dtype", "block_size", "bench_s")}
-    return [write_table(name, stamped(rows, **(steps_run if name == "serve_steps" else run)),
-                        out_dir=out_dir, config=cfg, profile=cfg.profile)
-            for name, rows in tables.items()]
+        # the tables after every variant: a run stopped later keeps the variants it finished
+        run = dict(model=cfg.model, dtype=cfg.dtype, block_size=cfg.block_size,
+                   max_num_seqs=cfg.max_num_seqs, kv_blocks=model.cache.num_blocks,
+                   gb_s=ceilings.gb_s, bandwidth=ceilings.bandwidth, tflop_s=ceilings.tflop_s,
+                   bench_s=round(time.perf_counter() - t_start, 1))
+        steps_run = {k: run[k] for k in ("model", "dtype", "block_size", "bench_s")}
+        paths = [write_table(name, stamped(rows, **(steps_run if name == "serve_steps" else run)),
+                             out_dir=out_dir, config=cfg, profile=cfg.profile)
+                 for name, rows in tables.items()]
+    return paths
