@@ -308,6 +308,47 @@ def test_a_short_prompts_only_variant_skips_the_long_prompts(monkeypatch, tmp_pa
     assert set(online["variant"]) == {"engine", "chunked"}
 
 
+def test_a_stopped_run_keeps_the_tables_of_the_variants_it_finished(monkeypatch, tmp_path):
+    """The tables are written after every variant: a later variant's failure leaves the first
+    variant's rows on disk, in every table."""
+    from decodelab.core.results import load_table
+    from decodelab.engine.bench import serve
+
+    real = serve._serve_variant
+
+    def stops_at_chunked(variant, *args, **kwargs):
+        if variant == "chunked":
+            raise RuntimeError("stopped at chunked")
+        return real(variant, *args, **kwargs)
+
+    monkeypatch.setattr(serve, "_serve_variant", stops_at_chunked)
+    with pytest.raises(RuntimeError, match="stopped at chunked"):
+        serve.bench("smoke", tmp_path)
+    for name in ("serve_offline", "serve_online", "serve_steps"):
+        table = load_table(name, reference=tmp_path / "none", local=tmp_path)
+        assert set(table["variant"]) == {"engine"}, name
+
+
+def test_the_invariant_model_shares_the_first_models_weights_and_kv_pool(monkeypatch):
+    """The second model is built on the first one's weights and KV pool (one pool, sized once),
+    as the batch-invariant one; the CPU cannot run invariant kernels, so the flag is recorded."""
+    from decodelab.engine.bench import serve
+
+    flags: list[bool] = []
+    real = serve.PagedLlama
+
+    def recording(config, weights, cache, *, batch_invariant=False):
+        flags.append(batch_invariant)
+        return real(config, weights, cache)
+
+    monkeypatch.setattr(serve, "PagedLlama", recording)
+    cfg = ServeBenchConfig.for_profile("smoke")
+    first, _ = serve._setup(cfg, torch.device("cpu"))
+    second, _ = serve._setup(cfg, torch.device("cpu"), like=first)
+    assert flags == [False, True]
+    assert second.weights is first.weights and second.cache is first.cache
+
+
 def test_smoke_steps_add_up_to_their_runs(smoke):
     """What the taps saw is what the workloads asked for: every prompt token prefilled once,
     every token after a request's first decoded once (no preemption at these sizes), each
