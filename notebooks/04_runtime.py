@@ -260,10 +260,11 @@ if "serve_offline" in serve:
 # that step wait for it: the tall steps while the offline run admits its requests and, online,
 # wherever requests arrive (the inter-token latency's tail). With `chunked` no step computes
 # more than its token budget, so a long prompt spreads over several steps of bounded length.
-# On a GPU each step's prefill replays the CUDA graph of its token bucket
-# (`model.prefill_graphs`), so a step that prefills a few hundred tokens costs the GPU's time
-# for them; issued eagerly, its hundred and more kernel launches would hold the host longer
-# than the GPU computes, and such a step would show its indigo line at its black one.
+# On a GPU the bench gives the engine prefill graphs (`model.prefill_graphs`): a step's prefill
+# replays the CUDA graph of its token bucket, so a step that prefills a few hundred tokens costs
+# the GPU's time for them. Issued eagerly, its hundred and more kernel launches hold the host
+# longer than the GPU computes, and such a step shows its indigo line at its black one. The
+# summary above says, for each run, which way its prefill ran.
 
 # %%
 if "serve_steps" in serve:

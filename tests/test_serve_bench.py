@@ -228,7 +228,8 @@ def test_run_rows_from_a_trace():
     trace = RunTrace(recs, ((0.0, 0.1, 0.3), (0.0, 0.5)), steps, duration_s=2.0, gc_pauses=3,
                      gc_s=0.012, gc_longest_s=0.01)
     row = OfflineRow.of("engine", "offline", trace, capture_s=1.0, graph_mem_mib=2.0,
-                        warmup_s=3.0)
+                        prefill_buckets=11, warmup_s=3.0)
+    assert row.prefill_buckets == 11
     assert (row.requests, row.finished, row.preemptions, row.output_tokens) == (2, 2, 1, 8)
     assert row.output_tok_s == 4.0 and row.total_tok_s == 19.0 and row.request_rate == 1.0
     assert row.ttft_p50_ms == pytest.approx(200.0) and row.itl_p50_ms == pytest.approx(200.0)
@@ -432,4 +433,10 @@ def test_serving_figures_and_summary_render(smoke):
     assert "Offline, median wall / host issuing per step: " in text and " ms." in text
     older = {**smoke, "serve_steps": smoke["serve_steps"].drop(columns=["issue_ms"])}
     assert "host issuing" not in serve_summary(older)  # a table from before the column
+    assert text.count(" Prefill: eager.") == len(set(smoke["serve_offline"]["variant"]))
+    off = smoke["serve_offline"]
+    for buckets, says in ((11, "Prefill: CUDA graphs of 11 token buckets"),
+                          (float("nan"), "Prefill: eager (measured before prefill graphs)")):
+        assert says in serve_summary({**smoke, "serve_offline": off.assign(
+            prefill_buckets=buckets)})
     assert "No serving results" in serve_summary({})

@@ -50,7 +50,7 @@ _GC = ("gc_pauses", "gc_ms", "gc_longest_ms")
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
     **{t: _RUN for t in ("paged_model_kernels", "paged_model_linear", "paged_model_gemm",
                          "paged_attention", "paged_prefill")},
-    "serve_offline": _GC, "serve_online": _GC, "serve_steps": ("gc_ms", "issue_ms", "wait_ms"),
+    "serve_offline": (*_GC, "prefill_buckets"), "serve_online": _GC, "serve_steps": ("gc_ms", "issue_ms", "wait_ms"),
 }
 # Columns added with the value every older row had, per table: {column: value}.
 ADDED_VALUES: dict[str, dict[str, Any]] = {

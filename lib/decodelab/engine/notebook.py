@@ -237,8 +237,21 @@ def serve_summary(tables: dict[str, pd.DataFrame]) -> str:
         lines.append(f"- **{origin_label(origin)}**, {sel['model'].iloc[0]} {sel['dtype'].iloc[0]}"
                      f", `{variant}` ({sel['max_num_seqs'].iloc[0]} rows): {runs}."
                      + _knee(on, origin, variant)
-                     + _issue(tables.get("serve_steps"), origin, variant))
+                     + _issue(tables.get("serve_steps"), origin, variant)
+                     + _prefill(sel))
     return "\n".join(lines)
+
+
+def _prefill(runs: pd.DataFrame) -> str:
+    """How the variant's prefill ran: through CUDA graphs (how many token buckets) or eagerly."""
+    if "prefill_buckets" not in runs:
+        return ""
+    buckets = runs["prefill_buckets"].iloc[0]
+    if buckets != buckets:  # NaN: the table predates the column, and prefill graphs with it
+        return " Prefill: eager (measured before prefill graphs)."
+    if buckets == 0:
+        return " Prefill: eager."
+    return f" Prefill: CUDA graphs of {int(buckets)} token buckets (larger packs eager)."
 
 
 def _issue(steps: pd.DataFrame | None, origin: str, variant: str) -> str:

@@ -170,7 +170,9 @@ def _serve_variant(variant: str, ecfg: EngineConfig, cfg: ServeBenchConfig, mode
     warmup_s = time.perf_counter() - t0
     print(f"[bench] serve: {variant}: warm-up {warmup_s:.1f} s", flush=True)
     graph = dict(capture_s=getattr(graphs, "capture_s", NAN),
-                 graph_mem_mib=getattr(graphs, "graph_mem_mib", NAN), warmup_s=warmup_s)
+                 graph_mem_mib=getattr(graphs, "graph_mem_mib", NAN),
+                 prefill_buckets=len(graphs.prefill.buckets) if graphs is not None else 0,
+                 warmup_s=warmup_s)
     offline_rows, traces = [], []
     for wl, reqs in ((cfg.offline, offline),) + (() if short else ((cfg.long_prompts, long),)):
         trace = served.run(f"{variant}-{wl.name}", reqs, wl.temperature)

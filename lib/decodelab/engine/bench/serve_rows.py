@@ -118,10 +118,12 @@ class ServeRunRow:
 class OfflineRow(ServeRunRow):
     """Table ``serve_offline``: one workload submitted at once (nano-vllm's, long prompts).
     ``capture_s``/``graph_mem_mib``: the decode and prefill graphs' capture (NaN without);
+    ``prefill_buckets``: the token buckets prefill replays graphs of (0: every prefill eager);
     ``warmup_s``: the variant's warm-up run (its step graphs captured on first use)."""
 
     capture_s: float = NAN
     graph_mem_mib: float = NAN
+    prefill_buckets: int = 0
     warmup_s: float = NAN
     model: str = ""
     dtype: str = ""
@@ -135,9 +137,10 @@ class OfflineRow(ServeRunRow):
 
     @classmethod
     def of(cls, variant: str, workload: str, trace: RunTrace, *, capture_s: float,
-           graph_mem_mib: float, warmup_s: float) -> OfflineRow:
+           graph_mem_mib: float, prefill_buckets: int, warmup_s: float) -> OfflineRow:
         return cls(**ServeRunRow.columns(variant, workload, workload, trace),
-                   capture_s=capture_s, graph_mem_mib=graph_mem_mib, warmup_s=warmup_s)
+                   capture_s=capture_s, graph_mem_mib=graph_mem_mib,
+                   prefill_buckets=prefill_buckets, warmup_s=warmup_s)
 
 
 @dataclass(frozen=True, slots=True)
