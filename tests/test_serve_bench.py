@@ -31,7 +31,7 @@ from decodelab.engine.bench.serve_rows import (
     ServeStepRow,
     StepTrace,
 )
-from decodelab.engine.bench.serve_stats import first_rate_over, gaps, percentiles
+from decodelab.engine.bench.serve_stats import first_rate_over, gaps, over_median, percentiles
 from decodelab.engine.bench.serve_workload import (
     OfflineWorkload,
     OnlineSweep,
@@ -217,6 +217,9 @@ def test_percentiles_gaps_and_the_saturation_rate():
     assert gaps([1.0, 1.5, 3.0]) == [0.5, 1.5] and gaps([2.0]) == []
     assert first_rate_over([4.0, 1.0, 2.0, 3.0], [5.0, 0.1, 0.9, 1.2], 1.0) == 3.0
     assert math.isnan(first_rate_over([1.0, 2.0], [0.1, 0.2], 1.0))
+    medians, over = over_median(["decode"] * 3 + ["mixed"] * 2, [1.0, 1.0, 4.0, 5.0, 5.0])
+    assert medians == {"decode": 1.0, "mixed": 5.0} and over == 1  # 4 > 3 x 1; 5 is the median
+    assert over_median(["decode", "decode"], [1.0, 3.0])[1] == 0  # 3 is not over 3 x 2
 
 
 def test_run_rows_from_a_trace():
@@ -235,6 +238,9 @@ def test_run_rows_from_a_trace():
     assert row.ttft_p50_ms == pytest.approx(200.0) and row.itl_p50_ms == pytest.approx(200.0)
     assert row.busy_s == pytest.approx(1.2) and row.floor_s == pytest.approx(0.6)
     assert row.ratio_to_floor == pytest.approx(2.0) and row.steps == 4
+    assert row.decode_step_ms == pytest.approx(300.0) and row.steps_over_3x == 0
+    assert row.itl_p99_x_decode == pytest.approx(row.itl_p99_ms / 300.0)
+    assert row.itl_p99_ms == pytest.approx(494.0)  # gaps 0.1, 0.2, 0.5 s
     online = OnlineRow.of("engine", "online", trace, rate_fraction=0.5, offered_rate=3.0,
                           arrival_span_s=1.5)
     assert online.run == "online@0.5x" and online.offered_rate == 3.0
@@ -433,6 +439,9 @@ def test_serving_figures_and_summary_render(smoke):
     assert "Offline, median wall / host issuing per step: " in text and " ms." in text
     older = {**smoke, "serve_steps": smoke["serve_steps"].drop(columns=["issue_ms"])}
     assert "host issuing" not in serve_summary(older)  # a table from before the column
+    assert "At half the offline request rate, inter-token latency p99 " in text
+    older_online = smoke["serve_online"].drop(columns=["itl_p99_x_decode"])
+    assert "inter-token" not in serve_summary({**smoke, "serve_online": older_online})
     assert text.count(" Prefill: eager.") == len(set(smoke["serve_offline"]["variant"]))
     off = smoke["serve_offline"]
     for buckets, says in ((11, "Prefill: CUDA graphs of 11 token buckets"),

@@ -6,7 +6,9 @@ submission to the last token, the device synchronised), requests/s; TTFT and TPO
 from the engine's own records (``metrics.RequestRecord``), inter-token latency percentiles over
 every gap between two tokens of one request as its callback saw them; ``busy_s``, the steps'
 wall time (the duration less the time the loop sat idle waiting for arrivals); the floor, the
-sum of its steps' (:mod:`.serve_floor`), and ``ratio_to_floor`` = busy_s / floor_s.
+sum of its steps' (:mod:`.serve_floor`), and ``ratio_to_floor`` = busy_s / floor_s. The tail:
+``decode_step_ms`` (the median decode-only step), ``itl_p99_x_decode`` (inter-token latency p99
+over it) and ``steps_over_3x`` (steps over 3x their kind's median).
 
 Every table ends with the run's own columns, filled when the bench ends by
 :func:`decodelab.core.results.stamped`: ``model``, ``dtype``, ``block_size``, ``bench_s``, and in
@@ -19,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from decodelab.engine.bench.serve_floor import StepFloor, StepWork
-from decodelab.engine.bench.serve_stats import TTFT_LIMIT_S, gaps, percentiles
+from decodelab.engine.bench.serve_stats import TTFT_LIMIT_S, gaps, over_median, percentiles
 from decodelab.engine.metrics import RequestRecord
 
 NAN = float("nan")
@@ -87,6 +89,9 @@ class ServeRunRow:
     gc_pauses: int  # garbage collections during the run (its heap frozen before it)
     gc_ms: float  # their total
     gc_longest_ms: float
+    decode_step_ms: float  # the median wall of the run's decode-only steps
+    itl_p99_x_decode: float  # itl_p99_ms / decode_step_ms: the tail against a bare step
+    steps_over_3x: int  # steps longer than 3x the median step of their kind (StepWork.kind)
 
     @staticmethod
     def columns(variant: str, run: str, workload: str, trace: RunTrace) -> dict:
@@ -95,6 +100,10 @@ class ServeRunRow:
         busy = sum(s.wall_s for s in trace.steps)
         floor = sum(s.floor.s for s in trace.steps)
         itl = [g for times in trace.token_times for g in gaps(times)]
+        itl_ms = _ms(itl)
+        medians, over = over_median([s.work.kind for s in trace.steps],
+                                    [s.wall_s for s in trace.steps])
+        decode_ms = medians.get("decode", NAN) * 1e3
         return dict(
             variant=variant, run=run, workload=workload, requests=len(reqs),
             finished=sum(r.status == "finished" for r in reqs),
@@ -107,11 +116,13 @@ class ServeRunRow:
                        _ms(r.ttft_s for r in reqs), strict=True)),
             **dict(zip(("tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms"),
                        _ms(r.tpot_s for r in reqs), strict=True)),
-            **dict(zip(("itl_p50_ms", "itl_p90_ms", "itl_p99_ms"), _ms(itl), strict=True)),
+            **dict(zip(("itl_p50_ms", "itl_p90_ms", "itl_p99_ms"), itl_ms, strict=True)),
             floor_s=floor, ratio_to_floor=busy / floor if floor > 0 else NAN,
             floor_output_tok_s=out / floor if floor > 0 else NAN,
             gc_pauses=trace.gc_pauses, gc_ms=trace.gc_s * 1e3,
-            gc_longest_ms=trace.gc_longest_s * 1e3)
+            gc_longest_ms=trace.gc_longest_s * 1e3, decode_step_ms=decode_ms,
+            itl_p99_x_decode=itl_ms[-1] / decode_ms if decode_ms > 0 else NAN,
+            steps_over_3x=over)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,3 +30,15 @@ def first_rate_over(rates: Sequence[float], values: Sequence[float], limit: floa
     """The lowest of ``rates`` whose value exceeds ``limit``; NaN where none does."""
     over = [r for r, v in zip(rates, values, strict=True) if v > limit]
     return min(over) if over else math.nan
+
+
+def over_median(kinds: Sequence[str], walls: Sequence[float], factor: float = 3.0
+                ) -> tuple[dict[str, float], int]:
+    """The median wall per step kind, and how many steps exceed ``factor`` times their kind's
+    median (a cold shape, a collection, a host stall: what a server's tail is made of)."""
+    by_kind: dict[str, list[float]] = {}
+    for k, w in zip(kinds, walls, strict=True):
+        by_kind.setdefault(k, []).append(w)
+    medians = {k: float(np.median(v)) for k, v in by_kind.items()}
+    over = sum(w > factor * medians[k] for k, w in zip(kinds, walls, strict=True))
+    return medians, int(over)
