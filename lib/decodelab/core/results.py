@@ -51,7 +51,8 @@ _TAIL = ("decode_step_ms", "itl_p99_x_decode", "steps_over_3x")
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
     **{t: _RUN for t in ("paged_model_kernels", "paged_model_linear", "paged_model_gemm",
                          "paged_attention", "paged_prefill")},
-    "serve_offline": (*_GC, *_TAIL, "prefill_buckets"), "serve_online": (*_GC, *_TAIL), "serve_steps": ("gc_ms", "issue_ms", "wait_ms"),
+    "serve_offline": (*_GC, *_TAIL, "prefill_buckets"), "serve_online": (*_GC, *_TAIL),
+    "serve_steps": ("gc_ms", "issue_ms", "wait_ms"),
 }
 # Columns added with the value every older row had, per table: {column: value}.
 ADDED_VALUES: dict[str, dict[str, Any]] = {

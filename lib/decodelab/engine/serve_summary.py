@@ -8,8 +8,9 @@ import pandas as pd
 
 
 def serve_summary(tables: dict[str, pd.DataFrame]) -> str:
-    """Markdown, one line per origin and variant: the offline runs against their floors, and
-    where the online sweep's TTFT p99 first passed its limit."""
+    """Markdown, one line per origin and variant: the offline runs against their floors, where
+    the online sweep's TTFT p99 first passed its limit, the half-rate run's inter-token tail,
+    the offline steps' host share and how prefill ran."""
     from decodelab.core.results import origin_label
 
     off, on = tables.get("serve_offline"), tables.get("serve_online")

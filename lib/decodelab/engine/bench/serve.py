@@ -10,9 +10,10 @@ cpu and smoke profiles run the tiny model on smaller workloads of the same shape
 
 Tables (rows: :mod:`.serve_rows`): ``serve_offline`` (one row per variant and offline
 workload: throughput, latency percentiles, the decode and prefill graphs' capture time and
-memory, the warm-up), ``serve_online`` (one row per variant and rate; the rates are fractions of the first
-variant's offline request rate for every variant, so their latencies compare at one offered
-load; the lowest rate whose TTFT p99 exceeds 1 s in every row), ``serve_steps`` (every step
+memory, the warm-up, how prefill ran), ``serve_online`` (one row per variant and rate; the
+rates are fractions of the first variant's offline request rate for every variant, so their
+latencies compare at one offered load; the lowest rate whose TTFT p99 exceeds 1 s in every
+row), ``serve_steps`` (every step
 of every measured run: kind, rows, prefill tokens, wall, floor). Every run row carries its
 floor, the sum of its steps' floors (:mod:`.serve_floor`) at the ceilings measured at the
 start of this run (:mod:`.serve_ceilings`), and measured / floor.
@@ -23,10 +24,10 @@ sized from the free device memory after the weights less ``kv_margin_gib`` (on a
 rows need at the longest context), ``token_budget`` tokens per step. One engine per variant
 (:data:`.serve_config.VARIANTS`: whole prompts, ``engine``; chunked prefill, ``chunked``;
 chunked on the batch-invariant model, ``invariant``, GPU only, sharing the weights and the KV
-pool of the first) serves a warm-up run (every
-graph bucket's first use), then every measured run (``invariant`` not the long prompts:
-:data:`.serve_config.SHORT_PROMPTS_ONLY` says why). Before a run's row is written, every
-request must have finished with exactly its output length.
+pool of the first) serves a warm-up run (every graph bucket's first use), then every measured
+run (``invariant`` not the long prompts: :data:`.serve_config.SHORT_PROMPTS_ONLY` says why).
+Before a run's row is written, every request must have finished with exactly its output length.
+The tables are written again after every variant, so a run stopped later keeps what it finished.
 """
 
 from __future__ import annotations
