@@ -285,7 +285,9 @@ if "serve_steps" in serve:
 # line is the TTFT limit; the summary above names the first rate whose TTFT p99 passes it.
 # The offline request rate is not the capacity: it includes the offline run's tail with few
 # rows left, so the sweep goes past it (up to 2x on a GPU). Inter-token latency grows with
-# the load too: more rows per step, and more prefills interrupting the decode steps.
+# the load too: more rows per step, and more prefills interrupting the decode steps. Its p99
+# over the run's median decode-only step says how far the tail stands from a bare step; the
+# steps over 3x the median of their kind are its causes (a prefill's launch, a collection).
 
 # %%
 if "serve_online" in serve:
@@ -296,7 +298,8 @@ if "serve_online" in serve:
         "offered_rate": "offered (req/s)", "request_rate": "achieved (req/s)",
         "output_tok_s": "output tok/s", "ttft_p50_ms": "TTFT p50 (ms)",
         "ttft_p99_ms": "TTFT p99 (ms)", "tpot_p50_ms": "TPOT p50 (ms)",
-        "itl_p99_ms": "ITL p99 (ms)", "ratio_to_floor": "busy / floor"}))
+        "itl_p99_ms": "ITL p99 (ms)", "itl_p99_x_decode": "ITL p99 / decode step",
+        "steps_over_3x": "steps > 3x their median", "ratio_to_floor": "busy / floor"}))
 
 # %% [markdown]
 # ## What is guaranteed about determinism
