@@ -310,9 +310,10 @@ def test_a_short_prompts_only_variant_skips_the_long_prompts(monkeypatch, tmp_pa
     serve.bench("smoke", tmp_path)
     offline = load_table("serve_offline", reference=tmp_path / "none", local=tmp_path)
     runs = offline.groupby("variant", sort=False)["run"].apply(list).to_dict()
-    assert runs == {"engine": ["offline", "long_prompts"], "chunked": ["offline"]}
+    assert runs == {"engine": ["offline", "long_prompts"], "chunked": ["offline"],
+                    "chunked_small": ["offline", "long_prompts"]}
     online = load_table("serve_online", reference=tmp_path / "none", local=tmp_path)
-    assert set(online["variant"]) == {"engine", "chunked"}
+    assert set(online["variant"]) == {"engine", "chunked", "chunked_small"}
 
 
 def test_a_stopped_run_keeps_the_tables_of_the_variants_it_finished(monkeypatch, tmp_path):

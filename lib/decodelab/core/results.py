@@ -44,7 +44,7 @@ RENAMED_COLUMNS: dict[str, dict[str, str]] = {
 }
 _RUN = ("model", "dtype")  # each of these benches records both in its sidecar's config
 _GC = ("gc_pauses", "gc_ms", "gc_longest_ms")
-_TAIL = ("decode_step_ms", "itl_p99_x_decode", "steps_over_3x")
+_TAIL = ("decode_step_ms", "itl_p99_x_decode", "steps_over_3x", "jit_compiles", "token_budget")
 # Columns added since tables were shipped, per table. A copy written before a column existed
 # loads with it: the value its sidecar's config records under that name (the run's model and
 # dtype), else missing (NaN: not recorded then), so old and new copies merge.
@@ -52,7 +52,7 @@ ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
     **{t: _RUN for t in ("paged_model_kernels", "paged_model_linear", "paged_model_gemm",
                          "paged_attention", "paged_prefill")},
     "serve_offline": (*_GC, *_TAIL, "prefill_buckets"), "serve_online": (*_GC, *_TAIL),
-    "serve_steps": ("gc_ms", "issue_ms", "wait_ms"),
+    "serve_steps": ("gc_ms", "issue_ms", "wait_ms", "device_ms"),
 }
 # Columns added with the value every older row had, per table: {column: value}.
 ADDED_VALUES: dict[str, dict[str, Any]] = {

@@ -23,8 +23,8 @@ Every exit (finished, aborted, failed, an error in the step itself) goes through
 status before any callback sees the end: a request's stream ends with exactly one finished
 event, whose status is its handle's (a finished request's last token, or an end event).
 
-Steps 2 and 3 are issued by ``runner.ModelRunner``; the token copies and the queue of steps
-not yet processed are ``output.TokenOutput``; this module decides and bookkeeps.
+Steps 2 and 3 are issued by ``runner.ModelRunner``, timed on the device (``device_clock``);
+the token copies and the queue of steps not yet processed are ``output.TokenOutput``.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import torch
 
 from decodelab.core.validate import ConfigError
 from decodelab.engine.config import EngineConfig
+from decodelab.engine.device_clock import DeviceClock
 from decodelab.engine.metrics import Metrics, PhaseClock, RequestRecord, StepRecord
 from decodelab.engine.output import Pending, TokenOutput
 from decodelab.engine.plan import SchedulePlan, advance, apply_plan
@@ -102,11 +103,11 @@ class Engine:
         self.running: list[Sequence] = []
         self.active: dict[str, Sequence] = {}
         self.metrics = Metrics(config.keep_steps)
+        self.device_clock = DeviceClock(self.device)
         self.callbacks = Callbacks()
         self._sync = (torch.cuda.synchronize if config.sync_phases and self.device.type == "cuda"
                       else None)
-        self._arrivals = 0
-        self._steps = 0
+        self._arrivals = self._steps = 0
         self._t_last_step: float | None = None
 
     @property
@@ -121,11 +122,9 @@ class Engine:
 
     # ------------------------------------------------------------------ client side
     def submit(self, request: Request, *, arrival_time: float | None = None) -> RequestHandle:
-        """Validate and queue a request (its prompt copied first: :func:`admit`);
-        InvalidRequestError leaves the engine untouched.
-
-        ``arrival_time`` (a ``time.perf_counter`` value, default now) is when the request
-        arrived, the start of its time to first token."""
+        """Validate and queue a request (its prompt copied first: :func:`admit`); an
+        InvalidRequestError leaves the engine untouched. ``arrival_time`` (a ``perf_counter``
+        value, default now) is when the request arrived, the start of its time to first token."""
         try:
             request = admit(request, self.limits)
             t_arrival = (time.perf_counter() if arrival_time is None
@@ -194,6 +193,7 @@ class Engine:
         keep = 1 if (self.cfg.async_output and queued) else 0  # a step of chunks samples none
         while len(self.pending) > keep:
             self._process(*self.output.take(), rec)
+        self.device_clock.settle()
         clock.mark("emit")
         self.metrics.steps.append(rec)
 
@@ -210,8 +210,8 @@ class Engine:
                 batch.set_blocks(seq, len(seq.blocks) - n)
 
     def _launch(self, clock: PhaseClock, plan: SchedulePlan) -> bool:
-        """Issue the plan's step; True if it queued tokens for the host."""
-        buf = self.output.next_buffer()
+        """Issue the plan's step, timed on the device; True if it queued tokens for the host."""
+        buf, started = self.output.next_buffer(), self.device_clock.start()
         try:
             rows, cols = self.runner.launch(plan, clock.rec.bucket, buf, clock)
         except Exception as exc:  # noqa: BLE001 - a failed step fails its rows, not the engine
@@ -221,6 +221,7 @@ class Engine:
         advance(plan)
         if rows:
             self.output.launched(rows, cols, buf)
+        self.device_clock.stop(clock.rec, started)
         clock.mark("update")
         return bool(rows)
 

@@ -10,6 +10,10 @@ Phases of one step (host clock, seconds):
     emit      processing the previous step's tokens: stop checks, streaming, retiring
     sync_wait the part of ``emit`` spent blocked on the device (a synchronisation stall)
 
+and ``device``, the device time of the step's own kernels (``device_clock``, CUDA events
+around its launch): with async output the host wall of a step that issues a large prefill is
+short, and the step after it waits for that prefill; ``device`` charges it to its own step.
+
 With ``sync_phases`` the engine synchronises the device after every phase, so each phase
 includes its device time (a diagnostic mode: the pipeline no longer overlaps).
 """
@@ -46,6 +50,7 @@ class StepRecord:
     emit: float = 0.0
     sync_wait: float = 0.0
     wall: float = 0.0  # host clock from the start of this step to the start of the next
+    device: float = NAN  # the device time of the step's own work (device_clock; NaN on a CPU)
 
     @property
     def host(self) -> float:

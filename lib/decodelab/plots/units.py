@@ -100,7 +100,8 @@ DECLARED: dict[str, dict[str, str]] = {
                         "max_num_seqs": _C, "kv_blocks": _C, "tflop_s": "TFLOP/s",
                         "gb_s": "GB/s", "output_tok_s": "tokens/s", "total_tok_s": "tokens/s",
                         "floor_output_tok_s": "tokens/s", "gc_pauses": _C,
-                        "itl_p99_x_decode": _R, "steps_over_3x": _C, "prefill_buckets": _C},
+                        "itl_p99_x_decode": _R, "steps_over_3x": _C, "prefill_buckets": _C,
+                        "jit_compiles": _C, "token_budget": _C},
 }
 
 

@@ -22,9 +22,9 @@ The engine: ``max_num_seqs`` rows (256 on the GPU, decode graphs captured up to 
 graphs per token bucket up to ``token_budget``, ``model.prefill_graphs``), a KV cache
 sized from the free device memory after the weights less ``kv_margin_gib`` (on a CPU: what the
 rows need at the longest context), ``token_budget`` tokens per step. One engine per variant
-(:data:`.serve_config.VARIANTS`: whole prompts, ``engine``; chunked prefill, ``chunked``;
-chunked on the batch-invariant model, ``invariant``, GPU only, sharing the weights and the KV
-pool of the first) serves a warm-up run (every graph bucket's first use), then every measured
+(:data:`.serve_config.VARIANTS`: whole prompts, ``engine``; chunked prefill, ``chunked``, and
+under a small token budget, ``chunked_small``; chunked on the batch-invariant model,
+``invariant``, GPU only, sharing the weights and the KV pool of the first) serves a warm-up run (every graph bucket's first use), then every measured
 run (``invariant`` not the long prompts: :data:`.serve_config.SHORT_PROMPTS_ONLY` says why).
 Before a run's row is written, every request must have finished with exactly its output length.
 The tables are written again after every variant, so a run stopped later keeps what it finished.
@@ -231,7 +231,8 @@ def _bench(cfg: ServeBenchConfig, dev: torch.device, out_dir: Path) -> list[Path
     tables: dict[str, list] = {"serve_offline": [], "serve_online": [], "serve_steps": []}
     paths: list[Path] = []
     for variant in cfg.variants:
-        ecfg = engine_config(variant, cfg.token_budget, max_num_seqs=cfg.max_num_seqs,
+        ecfg = engine_config(variant, cfg.token_budget, cfg.small_budget,
+                             max_num_seqs=cfg.max_num_seqs,
                              max_model_len=cfg.max_model_len, use_graphs=graphs is not None)
         if getattr(ecfg, "batch_invariant", False) and not model.batch_invariant:
             del graphs  # their memory pools go before the invariant model's graphs

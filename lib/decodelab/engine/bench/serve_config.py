@@ -2,8 +2,8 @@
 
 A variant is one line of :data:`VARIANTS`: a name and the ``EngineConfig`` fields it sets on
 top of the bench's base engine (:func:`engine_config`: ``max_num_seqs``, ``max_model_len``,
-graphs where there are any, the token budget of a step, whole-prompt prefill as the runtime
-bench runs it). A variant whose fields this ``EngineConfig`` does not have is left out of the
+graphs where there are any, the token budget of a step, ``small_budget`` for the variants of
+:data:`SMALL_BUDGET`, whole-prompt prefill as the runtime bench runs it). A variant whose fields this ``EngineConfig`` does not have is left out of the
 profiles (:func:`available_variants`) and refused when asked for.
 """
 
@@ -20,9 +20,14 @@ from decodelab.model.config import named_config
 VARIANTS: dict[str, dict[str, Any]] = {
     "engine": {},  # whole prompts (plus output, on recompute) under the token budget
     "chunked": {"chunked_prefill": True},  # prompts split to fill the budget the decode leaves
+    # chunked under ServeBenchConfig.small_budget: a step prefills at most that less its decode
+    # rows, so a mixed step stays near a decode step (inter-token latency against time to
+    # first token: the budget vLLM and Sarathi-Serve lower for latency)
+    "chunked_small": {"chunked_prefill": True},
     # chunked, on a batch-invariant model (PagedLlama(..., batch_invariant=True)): its cost
     "invariant": {"chunked_prefill": True, "batch_invariant": True},
 }
+SMALL_BUDGET = ("chunked_small",)  # variants served under ServeBenchConfig.small_budget
 GPU_ONLY_VARIANTS = ("invariant",)  # the switch needs Triton on CUDA
 # Variants that serve the offline workload and the online sweep but not the long prompts: the
 # invariant prefill attends through the decode kernel's rows, whose K/V reads grow with the
@@ -50,15 +55,16 @@ def cpu_variants() -> tuple[str, ...]:
     return tuple(v for v in available_variants() if v not in GPU_ONLY_VARIANTS)
 
 
-def engine_config(variant: str, token_budget: int, **sizes: Any):
-    """The ``EngineConfig`` of ``variant``: ``sizes``, the base engine's budget and whole-prompt
-    prefill where ``EngineConfig`` has those fields (before it did, its only way), then the
-    variant's own fields."""
+def engine_config(variant: str, token_budget: int, small_budget: int, **sizes: Any):
+    """The ``EngineConfig`` of ``variant``: ``sizes``, the base engine's budget (``small_budget``
+    for a variant of :data:`SMALL_BUDGET`) and whole-prompt prefill where ``EngineConfig`` has
+    those fields (before it did, its only way), then the variant's own fields."""
     from decodelab.engine.config import EngineConfig
 
     check_choice("engine_config", "variant", variant, available_variants())
     have = _engine_fields()
-    base = {"max_num_batched_tokens": token_budget, "chunked_prefill": False}
+    base = {"max_num_batched_tokens": small_budget if variant in SMALL_BUDGET else token_budget,
+            "chunked_prefill": False}
     return EngineConfig(**sizes, **{**{k: v for k, v in base.items() if k in have},
                                     **VARIANTS[variant]})
 
@@ -76,6 +82,7 @@ class ServeBenchConfig:
     graph_batches: tuple[int, ...] = ()  # buckets captured beyond graph_buckets' defaults
     kv_margin_gib: float = 8.0  # GPU: memory left free beside the weights and the KV cache
     token_budget: int = 4096  # tokens one step computes (EngineConfig.max_num_batched_tokens)
+    small_budget: int = 512  # the same for the variants of SMALL_BUDGET
     block_size: int = 16
     variants: tuple[str, ...] = ("engine",)
 
@@ -89,6 +96,7 @@ class ServeBenchConfig:
             check_int(own, "graph_batches[]", b, 1, self.max_num_seqs)
         check_float(own, "kv_margin_gib", self.kv_margin_gib, 0.0, 1024.0)
         check_int(own, "token_budget", self.token_budget, self.max_num_seqs)  # a token a row
+        check_int(own, "small_budget", self.small_budget, self.max_num_seqs, self.token_budget)
         check_int(own, "block_size", self.block_size, 1, 1024)
         if not isinstance(self.variants, tuple) or not self.variants:
             raise ConfigError(f"{own}.variants={self.variants!r}: must be a non-empty tuple of "
@@ -125,7 +133,7 @@ class ServeBenchConfig:
                                                     seed=1),
                        online=OnlineSweep(rate_fractions=(0.5, 1.5), max_requests=6,
                                           max_arrival_s=1.0),
-                       warmup_prompt=4, token_budget=32, block_size=8,
+                       warmup_prompt=4, token_budget=32, small_budget=8, block_size=8,
                        variants=cpu_variants())
         return cls(profile=profile, model="tiny", dtype="float32", max_num_seqs=16,
                    offline=OfflineWorkload("offline", num_requests=32, prompt_len=(16, 128),
@@ -135,7 +143,7 @@ class ServeBenchConfig:
                                                 seed=1),
                    online=OnlineSweep(rate_fractions=(0.5, 1.0, 1.5, 2.0, 3.0),
                                       max_requests=32, max_arrival_s=3.0),
-                   warmup_prompt=8, token_budget=256, block_size=8,
+                   warmup_prompt=8, token_budget=256, small_budget=64, block_size=8,
                    variants=cpu_variants())
 
     @property

@@ -8,7 +8,10 @@ every gap between two tokens of one request as its callback saw them; ``busy_s``
 wall time (the duration less the time the loop sat idle waiting for arrivals); the floor, the
 sum of its steps' (:mod:`.serve_floor`), and ``ratio_to_floor`` = busy_s / floor_s. The tail:
 ``decode_step_ms`` (the median decode-only step), ``itl_p99_x_decode`` (inter-token latency p99
-over it) and ``steps_over_3x`` (steps over 3x their kind's median).
+over it) and ``steps_over_3x`` (steps over 3x their kind's median), each step by its own time
+(``StepTrace.own_s``: its device time on a GPU); ``jit_compiles``, the Triton kernels
+specialised during the run (after the warm-up a cold shape: ``core.jit_watch``), and the
+engine's ``token_budget``.
 
 Every table ends with the run's own columns, filled when the bench ends by
 :func:`decodelab.core.results.stamped`: ``model``, ``dtype``, ``block_size``, ``bench_s``, and in
@@ -39,6 +42,15 @@ class StepTrace:
     # before's tokens. A step whose wall is mostly ``issue_s`` is bound by its host launch.
     issue_s: float = NAN
     wait_s: float = NAN
+    # the device time of the step's own work (the engine's device clock; NaN on a CPU): with
+    # async output a step that issues a large prefill returns at once, and its wall time lands
+    # in the step after it, which waits for it; ``device_s`` charges it to its own step
+    device_s: float = NAN
+
+    @property
+    def own_s(self) -> float:
+        """The step's own time: its device time where measured, else its wall time."""
+        return self.device_s if self.device_s == self.device_s else self.wall_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +62,8 @@ class RunTrace:
     gc_pauses: int  # collections during the run, after its heap was frozen
     gc_s: float
     gc_longest_s: float
+    token_budget: int = 0  # the engine's max_num_batched_tokens
+    jit_compiles: int | None = None  # Triton specialisations made during the run (None: unwatched)
 
 
 def _ms(values) -> tuple[float, ...]:
@@ -89,9 +103,11 @@ class ServeRunRow:
     gc_pauses: int  # garbage collections during the run (its heap frozen before it)
     gc_ms: float  # their total
     gc_longest_ms: float
-    decode_step_ms: float  # the median wall of the run's decode-only steps
+    decode_step_ms: float  # the median own time (StepTrace.own_s) of the decode-only steps
     itl_p99_x_decode: float  # itl_p99_ms / decode_step_ms: the tail against a bare step
-    steps_over_3x: int  # steps longer than 3x the median step of their kind (StepWork.kind)
+    steps_over_3x: int  # steps over 3x the median own time of their kind (StepWork.kind)
+    jit_compiles: float  # Triton specialisations during the run (NaN: not watched)
+    token_budget: int  # the engine's max_num_batched_tokens
 
     @staticmethod
     def columns(variant: str, run: str, workload: str, trace: RunTrace) -> dict:
@@ -102,7 +118,7 @@ class ServeRunRow:
         itl = [g for times in trace.token_times for g in gaps(times)]
         itl_ms = _ms(itl)
         medians, over = over_median([s.work.kind for s in trace.steps],
-                                    [s.wall_s for s in trace.steps])
+                                    [s.own_s for s in trace.steps])
         decode_ms = medians.get("decode", NAN) * 1e3
         return dict(
             variant=variant, run=run, workload=workload, requests=len(reqs),
@@ -122,7 +138,9 @@ class ServeRunRow:
             gc_pauses=trace.gc_pauses, gc_ms=trace.gc_s * 1e3,
             gc_longest_ms=trace.gc_longest_s * 1e3, decode_step_ms=decode_ms,
             itl_p99_x_decode=itl_ms[-1] / decode_ms if decode_ms > 0 else NAN,
-            steps_over_3x=over)
+            steps_over_3x=over,
+            jit_compiles=NAN if trace.jit_compiles is None else trace.jit_compiles,
+            token_budget=trace.token_budget)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +228,7 @@ class ServeStepRow:
     gc_ms: float  # garbage collection within the step's wall time
     issue_ms: float  # host time issuing the step (StepTrace.issue_s)
     wait_ms: float  # blocked on the device for the step before's tokens (StepTrace.wait_s)
+    device_ms: float  # the device time of the step's own work (StepTrace.device_s)
     model: str = ""
     dtype: str = ""
     block_size: int = 0
@@ -222,4 +241,5 @@ class ServeStepRow:
         return cls(variant, run, step, w.kind, w.decode_rows, s.bucket, w.prefill_rows,
                    w.prefill_tokens, w.decode_context, round(s.wall_s * 1e3, 4),
                    round(s.floor.s * 1e3, 4), s.floor.bound, round(s.gc_s * 1e3, 4),
-                   round(s.issue_s * 1e3, 4), round(s.wait_s * 1e3, 4))
+                   round(s.issue_s * 1e3, 4), round(s.wait_s * 1e3, 4),
+                   round(s.device_s * 1e3, 4))

@@ -11,7 +11,9 @@ do until the next arrival).
 During each run the heap is frozen (``core.gc_pauses.frozen_heap``: the earlier runs' records
 and the model's objects leave the collector's view, as a server freezes its heap after start-up)
 and every collection during the run is recorded, per step and in total: a step's wall time
-includes any collection that started in it.
+includes any collection that started in it. So is every Triton kernel specialised during the
+run (``core.jit_watch``: a cold shape), and each step's device time (the engine's device
+clock).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 from tqdm import tqdm
 
 from decodelab.core.gc_pauses import GcPauses, frozen_heap
+from decodelab.core.jit_watch import JitCompiles
 from decodelab.core.timing import device_sync
 from decodelab.engine.bench.serve_floor import Ceilings, StepFloor, StepWork, step_floor
 from decodelab.engine.bench.serve_rows import RunTrace, StepTrace
@@ -103,7 +106,7 @@ class ServeEngine:
         bar = tqdm(total=sum(r.output_len for r in reqs), desc=f"serve {name}", unit="tok",
                    file=sys.stderr, mininterval=2.0, leave=False)
         device_sync(self.device)
-        with frozen_heap(), GcPauses() as pauses:
+        with frozen_heap(), GcPauses() as pauses, JitCompiles() as compiles:
             t0 = time.perf_counter()
             # (start, work, record) of the last step, its wall not yet known
             i, open_step = 0, None
@@ -126,6 +129,10 @@ class ServeEngine:
                     time.sleep(max(0.0, t0 + reqs[i].arrival_s - time.perf_counter()))
             device_sync(self.device)
             t_end = time.perf_counter()
+        eng.device_clock.settle(wait=True)
+        if compiles.count:  # a cold shape: name its kernels, so a slow step can be traced
+            print(f"[serve] {name}: Triton specialised {compiles.describe()} during the run",
+                  flush=True)
         if open_step is not None:
             steps.append(self._close(open_step, t_end, pauses))
         bar.close()
@@ -135,9 +142,10 @@ class ServeEngine:
                                f"{eng.pool.num_total - eng.pool.num_free} cache blocks still held")
         return RunTrace(tuple(ended), tuple(tuple(t) for t in times),
                         tuple(StepTrace(w, rec.bucket, wall, self.floor(w), gc_s,
-                                        rec.issue, rec.sync_wait)
+                                        rec.issue, rec.sync_wait, rec.device)
                               for w, rec, wall, gc_s in steps),
-                        t_end - t0, pauses.count, pauses.total_s, pauses.longest_s)
+                        t_end - t0, pauses.count, pauses.total_s, pauses.longest_s,
+                        eng.cfg.max_num_batched_tokens, compiles.count)
 
     @staticmethod
     def _close(open_step, t_next: float, pauses: GcPauses

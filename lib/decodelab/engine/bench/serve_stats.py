@@ -34,7 +34,7 @@ def first_rate_over(rates: Sequence[float], values: Sequence[float], limit: floa
 
 def over_median(kinds: Sequence[str], walls: Sequence[float], factor: float = 3.0
                 ) -> tuple[dict[str, float], int]:
-    """The median wall per step kind, and how many steps exceed ``factor`` times their kind's
+    """The median time per step kind, and how many steps exceed ``factor`` times their kind's
     median (a cold shape, a collection, a host stall: what a server's tail is made of)."""
     by_kind: dict[str, list[float]] = {}
     for k, w in zip(kinds, walls, strict=True):

@@ -142,7 +142,7 @@ def _softmax_tile(q, k, v, valid, m_i, l_i, acc, scale_log2, PRECISION: tl.const
     return m_new, l_i, acc
 
 
-@triton.jit(do_not_specialize=["chunks"])
+@triton.jit(do_not_specialize=["chunks", "splits", "stride_bt"])
 def _attn_rows_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, qs_ptr, starts_ptr, ctx_ptr, m_ptr,
                       l_ptr, acc_ptr, scale_log2, chunks, splits, stride_qt, stride_qh,
                       stride_kb, stride_kh, stride_kt, stride_bt, G: tl.constexpr,
@@ -160,9 +160,9 @@ def _attn_rows_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, qs_ptr, starts_ptr,
     the row does not need adds exact zeros). DECODE: block b is token b over table row b,
     context lens[b]; else block b is a part of chunk c = ``chunk_of(b)`` (its tokens
     query_starts[c] + ..., contexts starts[c] + j + 1), and each token's context is written to
-    ctx for the merge. ``splits`` (the partials' row length) is a run-time value: a prefill
-    pack's table width changes with its longest context, and a compile-time one would compile
-    the kernel again for every 256 positions."""
+    ctx for the merge. ``splits`` (the partials' row length) and ``stride_bt`` follow a
+    prefill pack's longest context: run-time values, not specialised (a pack would compile the
+    kernel again for every 256 positions, or at a new case of 1 or a multiple of 16)."""
     _pdl_enter(PDL)  # q and the newest K/V come from the kernels before
     blk, kvh, lane = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     r = tl.arange(0, ROWS)
@@ -212,7 +212,7 @@ def _attn_rows_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, qs_ptr, starts_ptr,
         tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=used[:, None])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["splits"])
 def _merge_splits_in_order_kernel(m_ptr, l_ptr, acc_ptr, lens_ptr, out_ptr, splits, stride_ob,
                                   stride_oh, D: tl.constexpr, SPLIT: tl.constexpr,
                                   PDL: tl.constexpr):

@@ -31,7 +31,9 @@ MAX_ROWS = 64
 TILES = ((16, 256, 4, 4), (32, 128, 4, 4), (32, 256, 4, 3), (64, 128, 4, 3))
 
 
-@triton.jit
+# M follows the rows (a prefill pack's tokens in ``tiled``): not specialised, so a pack whose
+# token count is first a multiple of 16 compiles nothing.
+@triton.jit(do_not_specialize=["M"])
 def _skinny_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_x, stride_w, stride_y,
                    SWIGLU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
