@@ -219,7 +219,10 @@ if "runtime_errors" in tables:
 # `dtype` with 256 rows and a KV cache sized from the free memory; on a CPU the tiny model on
 # smaller workloads of the same shape. Each runs on engines one line of the bench's config
 # apart: `engine` prefills whole prompts, `chunked` splits them into chunks that fill the
-# step's token budget left by the decode rows (`EngineConfig.chunked_prefill`), and on a GPU
+# step's token budget left by the decode rows (`EngineConfig.chunked_prefill`; 4,096 tokens on
+# a GPU), `chunked_small` does the same under a small budget (512 tokens on a GPU: a step
+# prefills at most that less its decode rows, the setting vLLM and Sarathi-Serve lower for
+# inter-token latency, at the cost of time to first token and offline throughput), and on a GPU
 # `invariant` is `chunked` on the batch-invariant model (its section below; not on the long
 # prompts, whose prefill it would read a prompt's prefix once per 16 tokens for); every sweep
 # runs at the same offered rates (fractions of the first one's offline rate). Every run is compared with **its own floor**: for each
@@ -252,9 +255,13 @@ if "serve_offline" in serve:
 # ### Where a run's time went
 #
 # The offline run step by step: wall time per step (black) against that step's floor (grey),
-# and the host's time issuing the step (indigo: plan, inputs, forward, sampler; runs measured
-# before this column was recorded lack it). Where the indigo line meets the black one, the step
-# is bound by its host launch, not by the GPU.
+# the step's own device time (green: two CUDA events around its launch) and the host's time
+# issuing the step (indigo: plan, inputs, forward, sampler; runs measured before these columns
+# were recorded lack them). Where the indigo line meets the black one, the step is bound by its
+# host launch, not by the GPU. The host learns a step's tokens one step later, so the wall of a
+# step that issues a large prefill is short and the step after it waits for that prefill: its
+# wall holds the prefill's time, its device time does not. Per-step statistics of the tables
+# (the median decode step, the steps over 3x their kind's median) use the device time.
 # Steps that prefill (alone, or mixed with the decode rows of that step) are marked. In the
 # `engine` run a step that admits new prompts runs their whole prefill, and the decode rows of
 # that step wait for it: the tall steps while the offline run admits its requests and, online,
@@ -287,7 +294,11 @@ if "serve_steps" in serve:
 # rows left, so the sweep goes past it (up to 2x on a GPU). Inter-token latency grows with
 # the load too: more rows per step, and more prefills interrupting the decode steps. Its p99
 # over the run's median decode-only step says how far the tail stands from a bare step; the
-# steps over 3x the median of their kind are its causes (a prefill's launch, a collection).
+# steps over 3x the median of their kind are its causes (a cold shape, a collection), and
+# `jit_compiles` counts the Triton kernels compiled during the run (after the warm-up, each is a
+# cold shape: a compile of up to a second at one step). Under the 4,096-token budget a step
+# that admits a prompt of a few hundred tokens prefills all of it: the decode rows of that step
+# wait for it, and that sets the ITL p99; `chunked_small` bounds that step's prefill instead.
 
 # %%
 if "serve_online" in serve:
@@ -299,7 +310,8 @@ if "serve_online" in serve:
         "output_tok_s": "output tok/s", "ttft_p50_ms": "TTFT p50 (ms)",
         "ttft_p99_ms": "TTFT p99 (ms)", "tpot_p50_ms": "TPOT p50 (ms)",
         "itl_p99_ms": "ITL p99 (ms)", "itl_p99_x_decode": "ITL p99 / decode step",
-        "steps_over_3x": "steps > 3x their median", "ratio_to_floor": "busy / floor"}))
+        "steps_over_3x": "steps > 3x their median", "jit_compiles": "Triton compiles",
+        "ratio_to_floor": "busy / floor"}))
 
 # %% [markdown]
 # ## What is guaranteed about determinism

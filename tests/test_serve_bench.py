@@ -437,7 +437,14 @@ def test_serving_figures_and_summary_render(smoke):
     text = serve_summary(smoke)
     assert "this machine" in text and "its floor" in text and "`offline`" in text
     assert "TTFT p99" in text
-    assert "Offline, median wall / host issuing per step: " in text and " ms." in text
+    assert "Offline, median wall time / host issuing per step: " in text and " ms." in text
+    steps = smoke["serve_steps"]
+    timed = {**smoke, "serve_steps": steps.assign(device_ms=steps["wall_ms"] / 2)}
+    assert "Offline, median device time / host issuing" in serve_summary(timed)  # on a GPU
+    assert "No Triton kernel compiled during its" in text  # the watch ran: Triton is installed
+    compiled = {**smoke, "serve_offline": smoke["serve_offline"].assign(jit_compiles=2)}
+    assert "kernel specialisations during its measured runs: cold shapes" in serve_summary(
+        compiled)
     older = {**smoke, "serve_steps": smoke["serve_steps"].drop(columns=["issue_ms"])}
     assert "host issuing" not in serve_summary(older)  # a table from before the column
     assert "At half the offline request rate, inter-token latency p99 " in text

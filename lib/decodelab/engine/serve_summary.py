@@ -1,6 +1,6 @@
 """The serving tables in words, for notebook 04_runtime: per origin and variant, the offline
 runs against their floors, the online sweep's saturation and tail, the offline steps' host
-share, and how the run's prefill ran. Reads tables only (``bench serve`` writes them)."""
+share, how the run's prefill ran and its Triton compiles. Reads tables only (``bench serve`` writes them)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 def serve_summary(tables: dict[str, pd.DataFrame]) -> str:
     """Markdown, one line per origin and variant: the offline runs against their floors, where
     the online sweep's TTFT p99 first passed its limit, the half-rate run's inter-token tail,
-    the offline steps' host share and how prefill ran."""
+    the offline steps' host share, how prefill ran and whether a kernel compiled mid-run."""
     from decodelab.core.results import origin_label
 
     off, on = tables.get("serve_offline"), tables.get("serve_online")
@@ -27,7 +27,7 @@ def serve_summary(tables: dict[str, pd.DataFrame]) -> str:
                      f", `{variant}` ({sel['max_num_seqs'].iloc[0]} rows): {runs}."
                      + _knee(on, origin, variant) + _tail(on, origin, variant)
                      + _issue(tables.get("serve_steps"), origin, variant)
-                     + _prefill(sel))
+                     + _prefill(sel) + _cold(sel, on, origin, variant))
     return "\n".join(lines)
 
 
@@ -58,8 +58,8 @@ def _prefill(runs: pd.DataFrame) -> str:
 
 
 def _issue(steps: pd.DataFrame | None, origin: str, variant: str) -> str:
-    """The offline run's steps by kind: median wall against the host's time issuing them
-    (empty where the table does not record it)."""
+    """The offline run's steps by kind: median device time (wall where the table has none)
+    against the host's time issuing them (empty where the table does not record it)."""
     if steps is None or "issue_ms" not in steps:
         return ""
     sel = steps[(steps["origin"] == origin) & (steps["variant"] == variant)
@@ -68,9 +68,23 @@ def _issue(steps: pd.DataFrame | None, origin: str, variant: str) -> str:
              if kind in ("decode", "mixed", "prefill")]
     if not kinds:
         return ""
-    return " Offline, median wall / host issuing per step: " + ", ".join(
-        f"{kind} {g['wall_ms'].median():.2f} / {g['issue_ms'].median():.2f} ms"
+    own = "device_ms" if "device_ms" in sel and sel["device_ms"].notna().any() else "wall_ms"
+    return f" Offline, median {own[:-3]} time / host issuing per step: " + ", ".join(
+        f"{kind} {g[own].median():.2f} / {g['issue_ms'].median():.2f} ms"
         for kind, g in kinds) + "."
+
+
+def _cold(runs: pd.DataFrame, on: pd.DataFrame | None, origin: str, variant: str) -> str:
+    """Triton compiles during the variant's measured runs (empty where not recorded)."""
+    both = [runs] + ([on[(on["origin"] == origin) & (on["variant"] == variant)]]
+                     if on is not None else [])
+    counts = pd.concat([t["jit_compiles"] for t in both if "jit_compiles" in t]).dropna()
+    if counts.empty:
+        return ""
+    if counts.sum() == 0:
+        return f" No Triton kernel compiled during its {len(counts)} measured runs."
+    return (f" Triton compiled {int(counts.sum())} kernel specialisations during its measured "
+            "runs: cold shapes.")
 
 
 def _knee(on: pd.DataFrame | None, origin: str, variant: str) -> str:

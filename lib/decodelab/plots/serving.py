@@ -78,9 +78,10 @@ def online_latency(online: pd.DataFrame) -> plt.Figure:
 
 
 def step_walls(steps: pd.DataFrame, run: str = "offline") -> plt.Figure:
-    """One run's steps in order: wall time (black), floor (grey) and the host's time issuing
-    the step (indigo, where recorded), ms per step; steps that prefill (alone or mixed with
-    decode rows) marked where they stand. One panel per origin and variant."""
+    """One run's steps in order: wall time (black), the step's own device time (green, where
+    recorded), floor (grey) and the host's time issuing the step (indigo, where recorded), ms
+    per step; steps that prefill (alone or mixed with decode rows) marked where they stand.
+    One panel per origin and variant."""
     use_style()
     sel_run = steps[steps["run"] == run]
     panels = list(sel_run.groupby(["origin", "variant"], sort=False))
@@ -91,6 +92,9 @@ def step_walls(steps: pd.DataFrame, run: str = "offline") -> plt.Figure:
                 label="wall per step")
         ax.plot(sel["step"], sel["floor_ms"], color=quantity_color("memory floor"), lw=1.2,
                 label="floor of the step")
+        if "device_ms" in sel and sel["device_ms"].notna().any():  # a GPU's, since recorded
+            ax.plot(sel["step"], sel["device_ms"], color=quantity_color("device busy"), lw=0.6,
+                    label="device time of the step")
         if "issue_ms" in sel and sel["issue_ms"].notna().any():  # tables before it lack it
             ax.plot(sel["step"], sel["issue_ms"], color=quantity_color("host CPU"), lw=0.6,
                     label="host issuing the step")
