@@ -1,5 +1,11 @@
-"""Where one decode step's device time goes, per kernel: the profiler over a batch-1 graph step
-(table ``paged_model_kernels``), run in a fresh process so that CUPTI stays out of the rest."""
+"""Where one decode step's device time goes, per kernel: the profiler over a graph step (table
+``paged_model_kernels``: batch 1), run in a fresh process so that CUPTI stays out of the rest.
+
+Any batch from the command line, e.g. 128 rows at context 512 on Llama-3.2-1B::
+
+    python -c "from decodelab.model.bench.kernels import kernel_profile_isolated as k; \
+      [print(r) for r in k('llama-3.2-1b', 'bfloat16', 16, 32, {}, 512, batch=128)]"
+"""
 
 from __future__ import annotations
 
@@ -12,19 +18,20 @@ from decodelab.model.llama import PagedLlama
 
 
 def kernel_profile(graphs: DecodeGraphs, cache: PagedKVCache, context: int = 512,
-                   steps: int = 5) -> list[dict]:
-    """Device time per kernel of one graph step at batch 1 (profiler, device activity only,
-    after 3 warm-up steps; averaged over steps)."""
-    tables, args = decode_inputs(cache, 1, context)
+                   steps: int = 5, batch: int = 1) -> list[dict]:
+    """Device time per kernel of one graph step of ``batch`` rows at ``context`` (profiler,
+    device activity only, after 3 warm-up steps; averaged over steps)."""
+    tables, args = decode_inputs(cache, batch, context)
     args = (torch.ones_like(args[0]), *args[1:])  # token id 1, as before
     events = profile_steps(lambda: graphs.run(*args), steps, cuda=True, cpu=False, warmup=3)
-    cache.pool.free(tables[0])
+    for table in tables:
+        cache.pool.free(table)
     rows = []
     for e in events.key_averages():
         us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
         if us > 0:
             rows.append(dict(kernel=e.key[:120], calls_per_step=e.count / steps,
-                             us_per_step=us / steps, batch=1, context=context))
+                             us_per_step=us / steps, batch=batch, context=context))
     total = sum(r["us_per_step"] for r in rows) or 1.0
     for r in rows:
         r["share"] = r["us_per_step"] / total
@@ -32,23 +39,25 @@ def kernel_profile(graphs: DecodeGraphs, cache: PagedKVCache, context: int = 512
 
 
 def _profiled_step(model_name: str, dtype: str, block_size: int, width: int,
-                   context: int, linear_choice: dict) -> list[dict]:
-    """Child-process body of :func:`kernel_profile_isolated`: a batch-1 graph, profiled. Without
-    programmatic dependent launch: overlapped kernels would count their waits as their time."""
+                   context: int, linear_choice: dict, batch: int) -> list[dict]:
+    """Child-process body of :func:`kernel_profile_isolated`: a graph of ``batch`` rows,
+    profiled. Without programmatic dependent launch: overlapped kernels would count their
+    waits as their time."""
     from decodelab.model.config import named_config
     from decodelab.model.weights import random_weights
 
     config = named_config(model_name)
     weights = random_weights(config, 0, dtype=getattr(torch, dtype), device="cuda")
-    cache = PagedKVCache(config, width + 8, block_size, dtype=getattr(torch, dtype),
+    cache = PagedKVCache(config, batch * width + 8, block_size, dtype=getattr(torch, dtype),
                          device="cuda")
     model = PagedLlama(config, weights, cache, pdl=False, linear_choice=linear_choice)
-    graphs = DecodeGraphs(model, buckets=(1,), max_blocks_per_seq=width)
-    return kernel_profile(graphs, cache, context)
+    graphs = DecodeGraphs(model, buckets=(batch,), max_blocks_per_seq=width)
+    return kernel_profile(graphs, cache, context, batch=batch)
 
 
 def kernel_profile_isolated(model_name: str, dtype: str, block_size: int, width: int,
-                            linear_choice: dict, context: int = 512) -> list[dict]:
+                            linear_choice: dict, context: int = 512, batch: int = 1
+                            ) -> list[dict]:
     """:func:`kernel_profile` in a fresh process, with the matmul kernels ``linear_choice``
     names (the timed model's, so the profile shows its kernels). A fresh process because the
     profiler (CUPTI) stays attached to the process that used it and slows every later launch,
@@ -57,4 +66,4 @@ def kernel_profile_isolated(model_name: str, dtype: str, block_size: int, width:
 
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         return pool.apply(_profiled_step, (model_name, dtype, block_size, width, context,
-                                           linear_choice))
+                                           linear_choice, batch))
