@@ -1,6 +1,7 @@
 """The serving tables in words, for notebook 04_runtime: per origin and variant, the offline
 runs against their floors, the online sweep's saturation and tail, the offline steps' host
-share, how the run's prefill ran and its Triton compiles. Reads tables only (``bench serve`` writes them)."""
+share, how the run's prefill ran and its Triton compiles. Reads tables only (``bench serve``
+writes them)."""
 
 from __future__ import annotations
 

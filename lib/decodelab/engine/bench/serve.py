@@ -24,8 +24,9 @@ sized from the free device memory after the weights less ``kv_margin_gib`` (on a
 rows need at the longest context), ``token_budget`` tokens per step. One engine per variant
 (:data:`.serve_config.VARIANTS`: whole prompts, ``engine``; chunked prefill, ``chunked``, and
 under a small token budget, ``chunked_small``; chunked on the batch-invariant model,
-``invariant``, GPU only, sharing the weights and the KV pool of the first) serves a warm-up run (every graph bucket's first use), then every measured
-run (``invariant`` not the long prompts: :data:`.serve_config.SHORT_PROMPTS_ONLY` says why).
+``invariant``, GPU only, sharing the weights and the KV pool of the first) serves a warm-up
+run (every graph bucket's first use), then every measured run (``invariant`` not the long
+prompts: :data:`.serve_config.SHORT_PROMPTS_ONLY` says why).
 Before a run's row is written, every request must have finished with exactly its output length.
 The tables are written again after every variant, so a run stopped later keeps what it finished.
 """
