@@ -131,10 +131,24 @@ def test_warmup_passes_every_batch_size():
     (lambda: Ceilings(0.0, 1.0, "copy"), r"Ceilings.gb_s=0.0: must be a number in \(0.0"),
     (lambda: dataclasses.replace(ServeBenchConfig.for_profile("smoke"), token_budget=3),
      r"ServeBenchConfig.token_budget=3: must be an integer >= 4"),
+    (lambda: dataclasses.replace(ServeBenchConfig.for_profile("smoke"), small_budget=64),
+     r"ServeBenchConfig.small_budget=64: must be an integer in \[4, 32\]"),
 ])
 def test_bad_serving_parameters_are_refused_by_name(make, message):
     with pytest.raises(ConfigError, match=message):
         make()
+
+
+def test_the_small_budget_variant_gets_the_small_budget(smoke):
+    from decodelab.engine.bench.serve_config import engine_config
+
+    small = engine_config("chunked_small", 4096, 512, max_num_seqs=256)
+    assert small.max_num_batched_tokens == 512 and small.chunked_prefill
+    assert engine_config("chunked", 4096, 512, max_num_seqs=256).max_num_batched_tokens == 4096
+    budgets = smoke["serve_online"].groupby("variant")["token_budget"].unique()
+    cfg = ServeBenchConfig.for_profile("smoke")
+    assert list(budgets["chunked_small"]) == [cfg.small_budget]
+    assert list(budgets["chunked"]) == [cfg.token_budget]
 
 
 def test_profiles_do_not_depend_on_the_machine(monkeypatch):
