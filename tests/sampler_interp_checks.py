@@ -251,6 +251,24 @@ def step() -> None:
     assert all(torch.equal(a, b) for a, b in zip(*tables, strict=True))
 
 
+def tiers() -> None:
+    """Tie groups at the k-th value of each sort size's reach (scaled: up to 128, 256 and 512
+    candidates), with min-p sparing the tokens above the candidates (their kept masses from
+    the candidates) and cutting into them (a pass for the masses): all by the rule, none on
+    exact passes."""
+    _small_programs()
+    v, above = 4096, [(5.0 - 0.1 * i, 1) for i in range(9)]  # e from 1 to exp(-0.8)
+    logits = torch.stack([_planted(v, 20 + i, above + [(2.0, n)], -20)
+                          for i, n in enumerate((100, 200, 400))])
+    rows = [(1.0, 10, 1.0, 0.0), (1.0, 10, 0.95, 0.01), (1.0, 10, 1.0, 0.5)]
+    cases = [(r, lg) for r in rows for lg in logits]
+    logits = torch.stack([lg for _, lg in cases])
+    rows = [r for r, _ in cases]
+    for counter in range(2):
+        p = params(rows, np.arange(len(rows)) + 30, counter)
+        _check_rows(logits, rows, p, mode_of(rows, v))
+
+
 def fallback() -> None:
     """Tie groups larger than a (scaled) buffer cannot be split: those rows take exact passes
     over the row and still follow the rule; the others stay on the candidates."""
@@ -321,7 +339,7 @@ def grid() -> None:
     assert all(r.in_kept_set >= 0.75 and r.agrees_with_torch >= 0.75 for r in rows), rows
 
 
-CHECKS = {"kinds": kinds, "ties": ties, "invariance": invariance, "penalties": penalties,
+CHECKS = {"kinds": kinds, "ties": ties, "tiers": tiers, "invariance": invariance, "penalties": penalties,
           "edges": edges, "step": step, "fallback": fallback, "full_size": full_size,
           "grid": grid, "unneeded": unneeded}
 

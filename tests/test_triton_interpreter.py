@@ -49,10 +49,11 @@ def test_fused_sampler_follows_the_rule_for_every_row_kind():
     """Every row kind (greedy, plain temperature, min-p alone, top-p alone on flat rows whose
     nucleus holds thousands of tokens, top-k up to 5000 with and without top-p) on peaked,
     flat and bf16 rows: thresholds and tokens the rule's within float32 rounding, every row on
-    the candidates; tie groups at each boundary; each row alone equal to its row in a mixed
-    batch; non-finite and masked rows; the step's tables; the threshold kernels a batch of
-    plain and min-p rows does not need, left out, change nothing."""
-    checks = ("kinds", "ties", "invariance", "edges", "step", "unneeded")
+    the candidates; tie groups at each boundary and at the reach of each sort size, with the
+    kept masses from the candidates and from a pass; each row alone equal to its row in a
+    mixed batch; non-finite and masked rows; the step's tables; the threshold kernels a batch
+    of plain and min-p rows does not need, left out, change nothing."""
+    checks = ("kinds", "ties", "tiers", "invariance", "edges", "step", "unneeded")
     out = _run(*checks, script="sampler_interp_checks.py", timeout=1800)
     assert out.splitlines() == [f"{c}: ok" for c in checks]
 

@@ -30,13 +30,15 @@ program per row. Every row kind reads its logits a few times, in parallel over i
    candidates (tokens of bins lo .. hi and bk) into the row's buffer in token order, at
    offsets the histograms give (no atomics), and the exact mass of the tokens before bin lo
    and between bins hi and bk.
-5. ``solve_kernel`` (row): sorting the candidates (at most BUF, in registers) gives tau_k
-   (the k-th value, every tie kept) and tau_p (the smallest value whose mass strictly above
-   it, counted from the exact mass before the candidates, is below P: a tie group whole),
-   when they fit and the crossing lies among them; else, rarely (more than BUF candidates:
-   a huge tie group, a top-k deep in -inf tokens), exact passes over the row (bisection on
-   the order-preserving integer key of z).
-6. ``kept_kernel`` (row x chunk), rows with a threshold: the chunk's kept mass.
+5. ``solve_kernel`` (row): sorting the candidates in registers (a sort of SMALL_BUF,
+   2 SMALL_BUF or BUF values, the least that holds them) gives tau_k (the k-th value, every
+   tie kept) and tau_p (the smallest value whose mass strictly above it, counted from the
+   exact mass before the candidates, is below P: a tie group whole), when they fit and the
+   crossing lies among them; else, rarely (more than BUF candidates: a huge tie group, a
+   top-k deep in -inf tokens), exact passes over the row (bisection on the order-preserving
+   integer key of z). Where the candidates decide it, each chunk's kept mass follows from
+   them and the exact mass before them (min-p permitting).
+6. ``kept_kernel`` (row x chunk), the other rows with a threshold: the chunk's kept mass.
 7. ``pick_kernel`` (row x chunk): the draw by the inverse CDF in token-id order. Every
    program of a row finds, from the chunks' kept masses (plain rows: their masses of step 1
    rescaled by exp((m_c - z_max) / T)), the chunk where the running mass reaches u * total;
@@ -46,12 +48,14 @@ program per row. Every row kind reads its logits a few times, in parallel over i
    penalty count of the sampled token.
 
 Plain temperature is then two passes over the logits (steps 1 and 7), min-p alone three,
-a row with a top-k or a top-p five, six where it refines a window. The batch's mode says
-whether any row has a top-k or top-p (``SamplerMode.filters``) or a min-p (``min_p``); the
-kernels no row needs are not launched, so a batch of plain rows is two launches. The kernels
-read a row's sampling inputs from its packed ``RowSampling`` words (``RowParams.block``, one
-pointer) at offsets the schema gives. The sizes (TOKENS_PER_PROGRAM, TILE, BUF, SMALL_BUF) are read at
-each launch, so tests scale them to small vocabularies.
+a row with a top-k or a top-p four, five where it refines a window (one more where min-p
+cuts into the tokens above the candidates, or exact passes found the threshold). The
+batch's mode says whether any row has a top-k or top-p (``SamplerMode.filters``) or a min-p
+(``min_p``); the kernels no row needs are not launched, so a batch of plain rows is two
+launches. The kernels read a row's sampling inputs from its packed ``RowSampling`` words
+(``RowParams.block``, one pointer) at offsets the schema gives. The sizes
+(TOKENS_PER_PROGRAM, TILE, BUF, SMALL_BUF) are read at each launch, so tests scale them to
+small vocabularies.
 A row's work depends only on its own logits and parameters: the same token alone or in any
 batch, with or without penalties in other rows.
 """
@@ -83,7 +87,7 @@ HB_LO = tl.constexpr(((127 - 9) << 3) - 1 << 20)  # the least bits kept: coarse 
 HB_HI = tl.constexpr((((127 - 9) << 3) + 127 << 20) - 1)  # the most: coarse bin 127's last
 BINS = 128  # bins of a histogram: coarse bins, or a refined window
 NB = tl.constexpr(BINS)
-PLAN_WORDS = tl.constexpr(12)  # int32 per row: ``_store_plan``'s ten, the path it took
+PLAN_WORDS = tl.constexpr(12)  # int32 per row: ``_store_plan``'s ten, its path, kept found
 BOUND_SLACK = tl.constexpr(1e-4)  # relative widening of the mass bounds (float32 sums, exp)
 # A row's sampling inputs: its RowSampling words at these offsets (one pointer, ``rows_ptr``)
 ROW_STRIDE = tl.constexpr(ROW_WORDS)
@@ -288,12 +292,19 @@ def chunk_masses(cmax_ptr, cnorm_ptr, row, C, zmax, invt, CP2: tl.constexpr):
 
 
 @triton.jit
-def _row_counts(hist_ptr, row, C):
+def _chunk_counts(hist_ptr, row, C, below, CP2: tl.constexpr):
+    """(CP2, NB) the histograms of the row's chunks before chunk ``below`` (0 elsewhere), in
+    one load: a loop over the chunks would wait for each in turn."""
+    ch = tl.arange(0, CP2)[:, None]
+    bins = tl.arange(0, NB)[None, :]
+    return tl.load(hist_ptr + (row * C + ch) * NB + bins, mask=(ch < below) & (bins < NB),
+                   other=0).to(tl.int32)
+
+
+@triton.jit
+def _row_counts(hist_ptr, row, C, CP2: tl.constexpr):
     """(NB,) the row's counts per bin: its chunks' histograms summed."""
-    cnt = tl.zeros((NB,), tl.int32)
-    for c in range(0, C):
-        cnt += tl.load(hist_ptr + (row * C + c) * NB + tl.arange(0, NB)).to(tl.int32)
-    return cnt
+    return tl.sum(_chunk_counts(hist_ptr, row, C, C, CP2), axis=0)
 
 
 @triton.jit
@@ -342,11 +353,11 @@ def _tally(cnt, n_before, lo, hi, bk):
 
 
 @triton.jit
-def coarse_plan(hist_ptr, row, C, k, has_k, top_p, total):
+def coarse_plan(hist_ptr, row, C, k, has_k, top_p, total, CP2: tl.constexpr):
     """From the coarse histograms: (lo, hi, bk, candidates, tokens before lo, tokens between
     hi and bk)."""
     bins = tl.arange(0, NB)
-    cnt = _row_counts(hist_ptr, row, C)
+    cnt = _row_counts(hist_ptr, row, C, CP2)
     lower, upper = bit_edges((bins + COARSE_BASE - 1) << 20, (bins + COARSE_BASE) << 20)
     lo, hi, bk = _crossing(cnt, tl.cumsum(cnt, axis=0), lower, upper, 0.0, 0.0, 0.0, total,
                            has_k, k, top_p)
@@ -372,9 +383,9 @@ def fine_plan(hist_ptr, chist_ptr, cbefore_ptr, row, C, a, s, last, k, has_k, to
     bins counted in the window."""
     bins = tl.arange(0, NB)
     ch = tl.arange(0, CP2)
-    coarse = _row_counts(chist_ptr, row, C)
+    coarse = _row_counts(chist_ptr, row, C, CP2)
     n_before = tl.sum(tl.where(bins < a, coarse, 0), axis=0)
-    cnt = _row_counts(hist_ptr, row, C)
+    cnt = _row_counts(hist_ptr, row, C, CP2)
     cum = n_before + tl.cumsum(cnt, axis=0)
     first = (a + COARSE_BASE - 1) << 20
     lower, upper = bit_edges(first + (bins << s), first + ((bins + 1) << s))
@@ -406,7 +417,7 @@ def refine_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, cnorm_pt
         k = word(rows_ptr, row, F_TOP_K)
         total = tl.sum(chunk_masses(cmax_ptr, cnorm_ptr, row, C, zmax, invt, CP2), axis=0)
         lo, hi, bk, n, n_skip, n_mid = coarse_plan(chist_ptr, row, C, k, k < V,
-                                                   real(rows_ptr, row, F_TOP_P), total)
+                                                   real(rows_ptr, row, F_TOP_P), total, CP2)
         refined = n > SMALL_BUF  # a window of few candidates costs less than a large sort
         s = window_shift(lo, bk)
         if c == 0:
@@ -483,10 +494,8 @@ def gather_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, cnorm_pt
         bins = tl.arange(0, NB)
         cand_bin = ((bins >= lo) & (bins <= hi)) | (bins == bk)
         counts_ptr = tl.where(refined, hist_ptr, chist_ptr)
-        off = tl.full((), 0, tl.int32)
-        for before in range(0, c):
-            h = tl.load(counts_ptr + (row * C + before) * NB + bins).to(tl.int32)
-            off += tl.sum(tl.where(cand_bin, h, 0), axis=0)
+        off = tl.sum(tl.sum(tl.where(cand_bin[None, :], _chunk_counts(counts_ptr, row, C, c, CP2),
+                                     0), axis=1), axis=0)
         pen = has_penalties(rows_ptr, row)
         above = tl.full((), 0.0, tl.float32)
         mid = tl.full((), 0.0, tl.float32)
@@ -597,11 +606,41 @@ def _solve_candidates(bufz_ptr, row, n, zmax, invt, has_k, k, top_p, total, refi
 
 
 @triton.jit
+def _kept_from_candidates(bufz_ptr, counts_ptr, cabove_ptr, ckept_ptr, row, n, C, zmax, invt,
+                          tau, min_p, lo, hi, bk, CP2: tl.constexpr, BUF: tl.constexpr,
+                          SMALL_BUF: tl.constexpr):
+    """Each chunk's kept mass without another pass over the logits: the exact mass of its
+    tokens before bin lo (all kept: the caller checked that min-p spares them) and of its
+    candidates at or above tau. The buffer holds the candidates in token order, chunk after
+    chunk, as many of each as its histogram counts in the candidates' bins."""
+    ch = tl.arange(0, CP2)
+    bins = tl.arange(0, NB)
+    cand_bin = ((bins >= lo) & (bins <= hi)) | (bins == bk)
+    per_chunk = tl.sum(tl.where(cand_bin[None, :], _chunk_counts(counts_ptr, row, C, C, CP2), 0),
+                       axis=1)
+    ends = tl.cumsum(per_chunk, axis=0)  # (CP2,) where each chunk's candidates end
+    kept = tl.load(cabove_ptr + row * C + ch, mask=ch < C, other=0.0)
+    for start in range(0, n, SMALL_BUF):
+        offs = start + tl.arange(0, SMALL_BUF)
+        z = tl.load(bufz_ptr + row * BUF + offs, mask=offs < n, other=float("-inf"))
+        e = tl.exp((z - zmax) * invt)
+        e = tl.where((offs < n) & (z >= tau) & (e >= min_p), e, 0.0)
+        chunk = tl.sum((offs[:, None] >= ends[None, :]).to(tl.int32), axis=1)
+        kept += tl.sum(tl.where(chunk[:, None] == ch[None, :], e[:, None], 0.0), axis=0)
+    tl.store(ckept_ptr + row * C + ch, kept, mask=ch < C)
+
+
+@triton.jit
 def solve_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, cnorm_ptr, plan_ptr,
-                 bufz_ptr, cabove_ptr, cmid_ptr, tau_ptr, V, C, PENALTIES: tl.constexpr,
-                 TILE: tl.constexpr, CP2: tl.constexpr, BUF: tl.constexpr, SMALL_BUF: tl.constexpr):
+                 bufz_ptr, cabove_ptr, cmid_ptr, chist_ptr, hist_ptr, ckept_ptr, tau_ptr, V, C,
+                 PENALTIES: tl.constexpr,
+                 TILE: tl.constexpr, CP2: tl.constexpr, BUF: tl.constexpr, SMALL_BUF: tl.constexpr,
+                 MID_BUF: tl.constexpr):
     """One program per row with a top-k or a top-p: its threshold into ``tau``, from the
-    sorted candidates where they fit and decide it, else by exact passes over the row."""
+    sorted candidates where they fit and decide it (a sort of SMALL_BUF, MID_BUF or BUF), else
+    by exact passes over the row. Where the candidates decide it and min-p spares every token
+    before them, the chunks' kept masses too (plan word 11 says so; ``kept_kernel`` skips the
+    row)."""
     row = tl.program_id(0).to(tl.int64)
     zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
     if sampling_row(rows_ptr, row) & ~bad & filtered(rows_ptr, row, V):
@@ -611,15 +650,19 @@ def solve_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, cnorm_ptr
         has_k = k < V
         top_p = real(rows_ptr, row, F_TOP_P)
         total = tl.sum(chunk_masses(cmax_ptr, cnorm_ptr, row, C, zmax, invt, CP2), axis=0)
-        refined, a, s, _, _, hi, bk, n, n_skip, n_mid = _load_plan(plan_ptr, row)
+        refined, a, s, _, lo, hi, bk, n, n_skip, n_mid = _load_plan(plan_ptr, row)
         above = tl.sum(tl.load(cabove_ptr + row * C + ch, mask=ch < C, other=0.0), axis=0)
         mid = tl.sum(tl.load(cmid_ptr + row * C + ch, mask=ch < C, other=0.0), axis=0)
         tau = zmax
         inside = zmax != zmax  # False (a tensor, as the branches below assign)
-        if n <= SMALL_BUF:
+        if n <= SMALL_BUF:  # the sort's cost grows as S log^2 S: the least size that holds n
             tau, inside = _solve_candidates(bufz_ptr, row, n, zmax, invt, has_k, k, top_p,
                                             total, refined, a, s, hi, bk, n_skip, n_mid, above,
                                             mid, V, SMALL_BUF, BUF)
+        elif n <= MID_BUF:
+            tau, inside = _solve_candidates(bufz_ptr, row, n, zmax, invt, has_k, k, top_p,
+                                            total, refined, a, s, hi, bk, n_skip, n_mid, above,
+                                            mid, V, MID_BUF, BUF)
         elif n <= BUF:
             tau, inside = _solve_candidates(bufz_ptr, row, n, zmax, invt, has_k, k, top_p,
                                             total, refined, a, s, hi, bk, n_skip, n_mid, above,
@@ -628,6 +671,16 @@ def solve_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, cnorm_ptr
             pen = has_penalties(rows_ptr, row)
             tau = _solve_row(l_ptr, l_stride, w_ptr, pen, row, V, zmax, invt, has_k, k, top_p,
                              total, PENALTIES, TILE)
+        # the least e of a token before bin lo: min-p keeps them all if at most that
+        first = tl.where(refined, ((a + COARSE_BASE - 1) << 20) + (lo << s),
+                         (lo + COARSE_BASE - 1) << 20)
+        lower, _ = bit_edges(first, first + 1)
+        min_p = real(rows_ptr, row, F_MIN_P)
+        if inside & (min_p <= tl.exp(-lower) * (1.0 - BOUND_SLACK)):
+            _kept_from_candidates(bufz_ptr, tl.where(refined, hist_ptr, chist_ptr), cabove_ptr,
+                                  ckept_ptr, row, n, C, zmax, invt, tau, min_p, lo, hi, bk, CP2,
+                                  BUF, SMALL_BUF)
+            tl.store(plan_ptr + row * PLAN_WORDS + 11, 1)
         tl.store(tau_ptr + row, tau)
         path = tl.where(inside, refined.to(tl.int32), 2)  # the coarse bins, a window, passes
         tl.store(plan_ptr + row * PLAN_WORDS + 10, path)
@@ -644,14 +697,16 @@ def row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2: tl.constexpr):
 
 
 @triton.jit
-def kept_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, tau_ptr, ckept_ptr, V, C,
-                PENALTIES: tl.constexpr, PER_PROGRAM: tl.constexpr, TILE: tl.constexpr,
-                CP2: tl.constexpr):
-    """Each chunk's kept mass for the rows with a threshold (z >= tau, e >= min_p)."""
+def kept_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, tau_ptr, plan_ptr,
+                ckept_ptr, V, C, PENALTIES: tl.constexpr, PER_PROGRAM: tl.constexpr,
+                TILE: tl.constexpr, CP2: tl.constexpr):
+    """Each chunk's kept mass for the rows with a threshold (z >= tau, e >= min_p) whose
+    masses ``solve_kernel`` did not find from the candidates."""
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
     zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
-    if sampling_row(rows_ptr, row) & ~bad & filtered(rows_ptr, row, V):
+    done = tl.load(plan_ptr + row * PLAN_WORDS + 11) != 0
+    if sampling_row(rows_ptr, row) & ~bad & filtered(rows_ptr, row, V) & ~done:
         pen = has_penalties(rows_ptr, row)
         kept, _, _ = scan_chunk(l_ptr, l_stride, w_ptr, pen, row, c, V, zmax,
                                 real(rows_ptr, row, F_INV_TEMPERATURE), tl.load(tau_ptr + row),
@@ -754,10 +809,12 @@ def _launch(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
                                 CP2=cp2, SMALL_BUF=SMALL_BUF, **kw)
             gather_kernel[grid](*row, cmax, cbad, cnorm, chist, hist, cbefore, plan, bufz,
                                 cabove, cmid, v, c, CP2=cp2, BUF=BUF, **kw)
-            solve_kernel[(b,)](*row, cmax, cbad, cnorm, plan, bufz, cabove, cmid, tau, v, c,
+            solve_kernel[(b,)](*row, cmax, cbad, cnorm, plan, bufz, cabove, cmid, chist, hist,
+                               ckept, tau, v, c,
                                PENALTIES=pen, TILE=TILE, CP2=cp2, BUF=BUF,
-                               SMALL_BUF=SMALL_BUF, num_warps=8, enable_fp_fusion=False)
-            kept_kernel[grid](*row, cmax, cbad, tau, ckept, v, c, CP2=cp2, **kw)
+                               SMALL_BUF=SMALL_BUF, MID_BUF=min(2 * SMALL_BUF, BUF),
+                               num_warps=8, enable_fp_fusion=False)
+            kept_kernel[grid](*row, cmax, cbad, tau, plan, ckept, v, c, CP2=cp2, **kw)
         if paths is not None:
             paths.copy_(plan[:, 10])
     step = last_token is not None
