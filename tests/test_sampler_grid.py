@@ -14,6 +14,7 @@ from decodelab.core.results import load_table
 from decodelab.core.timing import TimingConfig
 from decodelab.core.validate import ConfigError
 from decodelab.engine.bench import sampler_grid as grid
+from decodelab.engine.bench import sampler_kernels
 
 CPU = torch.device("cpu")
 TINY = grid.GridConfig((1, 5), (700,), (*grid.KINDS, "mix"), ("torch", "torch_sort"),
@@ -103,3 +104,41 @@ def test_without_flashinfer_its_rows_are_left_out(monkeypatch):
     cfg = grid.GridConfig((2,), (256,), ("k20",), ("torch", "flashinfer"),
                           timing=TimingConfig(0, 1, 1))
     assert [r.sampler for r in grid.grid_rows(cfg, CPU)] == ["torch"]
+
+
+def test_a_grid_case_is_the_same_logits_and_mode_each_time():
+    a, settings, p, mode = grid.grid_case("mix", 9, 500, 2.0, CPU)
+    b, *_ = grid.grid_case("mix", 9, 500, 2.0, CPU)
+    assert a.dtype == torch.bfloat16 and a.shape == (9, 500) and torch.equal(a, b)
+    assert settings == grid.kind_settings("mix", 9) and len(p.block) == 9
+    assert mode.filters and mode.min_p and not mode.all_greedy
+
+
+@pytest.mark.parametrize("change, field", [(dict(batches=()), "batches"),
+                                           (dict(kinds=("k7",)), "kinds"),
+                                           (dict(vocab=10), "vocab"), (dict(calls=0), "calls")])
+def test_a_bad_kernel_split_config_is_refused_naming_its_field(change, field):
+    with pytest.raises(ConfigError, match=f"KernelsConfig.{field}="):
+        sampler_kernels.KernelsConfig(**change)
+
+
+def test_the_kernel_split_averages_per_call_and_sorts_by_time():
+    event = types.SimpleNamespace
+    averages = [event(key="stats_kernel", count=40, device_time_total=200.0),
+                event(key="pick_kernel", count=40, device_time_total=600.0),
+                event(key="cudaLaunchKernel", count=40, device_time_total=0.0)]
+    rows = sampler_kernels.split_rows("k20", 32, 128256, averages, calls=20)
+    assert [(r.kernel, r.calls, r.device_us) for r in rows] == [
+        ("pick_kernel", 2.0, 30.0), ("stats_kernel", 2.0, 10.0)]
+    assert [r.share for r in rows] == [0.75, 0.25] and {r.call_us for r in rows} == {40.0}
+
+
+@pytest.mark.gpu
+def test_the_kernel_split_names_the_fused_samplers_kernels_on_the_gpu():
+    cfg = sampler_kernels.KernelsConfig(batches=(4,), vocab=32000, kinds=("k20", "plain"),
+                                        calls=2)
+    rows = sampler_kernels.kernel_rows(cfg)
+    names = {(r.kind, r.kernel) for r in rows}
+    assert {("k20", "histogram_kernel"), ("k20", "solve_kernel"), ("plain", "pick_kernel")} <= names
+    assert ("plain", "histogram_kernel") not in names  # a plain batch leaves the filters out
+    assert all(r.device_us > 0 and 0 < r.share <= 1 for r in rows)

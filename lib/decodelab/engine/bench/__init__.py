@@ -26,7 +26,8 @@ Tables:
   (its callback raises, it is aborted, its logits turn non-finite) and two malformed ones
   are rejected at admission.
 - ``runtime_errors``: that workload's outcomes and errors by class (counts).
-- ``sampler_grid`` (GPU only): the samplers at every setting, batch and vocabulary.
+- ``sampler_grid`` (GPU only): the samplers at every setting, batch and vocabulary;
+  ``sampler_kernels`` (GPU only): the fused sampler's device time per kernel, by row kind.
 - ``batch_invariance``, ``batch_invariance_cost`` (profile gpu only): the batch-invariant
   switch checked bit for bit and its step time against the default kernels (``invariance``),
   in the run's dtype, its cost batches fitted to the GPU's free memory. Its matmul's tiles
@@ -54,6 +55,7 @@ from decodelab.engine.bench import (
     checks,
     invariance,
     sampler_grid,
+    sampler_kernels,
     sampler_timing,
     step_timing,
     workload,
@@ -166,6 +168,8 @@ def _bench(cfg: RuntimeBenchConfig, dev: torch.device, out_dir: Path) -> list[Pa
                            profile=profile) for name, table in tables if table]
     if dev.type == "cuda":
         written += sampler_grid.write_grid(dev, out_dir, profile)
+        written += _optional("sampler_kernels",
+                             lambda: sampler_kernels.write_kernels(out_dir, profile)) or []
         if profile == "gpu":  # the switch at the H200's sizes: minutes, not for smoke runs
             del model, graphs
             torch.cuda.empty_cache()

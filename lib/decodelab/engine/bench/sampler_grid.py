@@ -198,12 +198,20 @@ def _kept(logits: torch.Tensor, p: RowParams, mode) -> torch.Tensor:
     return torch.where(p.sampling()[:, None], kept, argmax)
 
 
-def _samplers(cfg: GridConfig, settings, logits: torch.Tensor, p: RowParams):
-    """name -> (call, matches, tokens() -> (B,) tensor) of the configured samplers."""
-    b, v = logits.shape
+def grid_case(kind: str, batch: int, vocab: int, scale: float, device: torch.device):
+    """One case: (bf16 logits randn * scale, seeded by it; the rows' settings; RowParams; mode)."""
+    g = torch.Generator().manual_seed(batch * 7 + vocab)
+    logits = (torch.randn(batch, vocab, generator=g) * scale).to(torch.bfloat16).to(device)
+    settings = kind_settings(kind, batch)
     mode = choose_mode([t == 0 for t, *_ in settings], [k for _, k, _, _ in settings],
-                       [False] * b, v, top_p=[p_ for *_, p_, _ in settings],
+                       [False] * batch, vocab, top_p=[p_ for *_, p_, _ in settings],
                        min_p=[m for *_, m in settings])
+    return logits, settings, grid_params(settings, device), mode
+
+
+def _samplers(cfg: GridConfig, settings, logits: torch.Tensor, p: RowParams, mode):
+    """name -> (call, matches, tokens() -> (B,) tensor) of the configured samplers."""
+    b = logits.shape[0]
     last, out = (torch.zeros(n, dtype=torch.int64, device=logits.device) for n in (b, b))
 
     def step(m):
@@ -218,7 +226,7 @@ def _samplers(cfg: GridConfig, settings, logits: torch.Tensor, p: RowParams):
                             lambda: sort_sample(logits, p))}
     if "flashinfer" in cfg.samplers and (call := flashinfer_call(settings, logits, p)):
         found["flashinfer"] = call
-    return {name: found[name] for name in cfg.samplers if name in found}, mode
+    return {name: found[name] for name in cfg.samplers if name in found}
 
 
 def grid_rows(cfg: GridConfig, device: torch.device) -> list[SamplerGridRow]:
@@ -226,12 +234,8 @@ def grid_rows(cfg: GridConfig, device: torch.device) -> list[SamplerGridRow]:
     copy_gb_s = copy_bandwidth_gb_s(device, (1 << 30) if cuda else (64 << 20), cfg.timing)
     rows = []
     for vocab, batch, kind in itertools.product(cfg.vocabs, cfg.batches, cfg.kinds):
-        g = torch.Generator().manual_seed(batch * 7 + vocab)
-        logits = (torch.randn(batch, vocab, generator=g) * cfg.logits_scale).to(torch.bfloat16)
-        logits = logits.to(device)
-        settings = kind_settings(kind, batch)
-        p = grid_params(settings, device)
-        samplers, mode = _samplers(cfg, settings, logits, p)
+        logits, settings, p, mode = grid_case(kind, batch, vocab, cfg.logits_scale, device)
+        samplers = _samplers(cfg, settings, logits, p, mode)
         kept = _kept(logits, p, mode)
         want = sample(logits, p, mode)[0]
         floor_s = logits.numel() * logits.element_size() / (copy_gb_s * 1e9)
@@ -248,9 +252,8 @@ def grid_rows(cfg: GridConfig, device: torch.device) -> list[SamplerGridRow]:
                                        device_s * 1e6, issued_s * 1e6, floor_s * 1e6,
                                        best / floor_s, copy_gb_s, in_kept, agree, passes,
                                        cfg.logits_scale))
-        case = rows[-len(samplers):]  # one line per case: a killed run still says where it was
         print(f"[bench] sampler_grid: {kind} batch {batch} vocab {vocab}: " + ", ".join(
-            f"{r.sampler} {r.device_us:.0f} us" for r in case), flush=True)
+            f"{r.sampler} {r.device_us:.0f} us" for r in rows[-len(samplers):]), flush=True)
     return rows
 
 
@@ -290,8 +293,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", choices=("cuda", "cpu"),
                         default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
-    dev = torch.device(args.device)
-    write_grid(dev, args.out, "gpu" if dev.type == "cuda" else "cpu")
+    write_grid(torch.device(args.device), args.out, "gpu" if args.device == "cuda" else "cpu")
 
 
 if __name__ == "__main__":
