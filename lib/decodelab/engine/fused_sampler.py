@@ -633,9 +633,8 @@ def _kept_from_candidates(bufz_ptr, counts_ptr, cabove_ptr, ckept_ptr, row, n, C
 @triton.jit
 def solve_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, cnorm_ptr, plan_ptr,
                  bufz_ptr, cabove_ptr, cmid_ptr, chist_ptr, hist_ptr, ckept_ptr, tau_ptr, V, C,
-                 PENALTIES: tl.constexpr,
-                 TILE: tl.constexpr, CP2: tl.constexpr, BUF: tl.constexpr, SMALL_BUF: tl.constexpr,
-                 MID_BUF: tl.constexpr):
+                 PENALTIES: tl.constexpr, TILE: tl.constexpr, CP2: tl.constexpr,
+                 BUF: tl.constexpr, SMALL_BUF: tl.constexpr, MID_BUF: tl.constexpr):
     """One program per row with a top-k or a top-p: its threshold into ``tau``, from the
     sorted candidates where they fit and decide it (a sort of SMALL_BUF, MID_BUF or BUF), else
     by exact passes over the row. Where the candidates decide it and min-p spares every token
