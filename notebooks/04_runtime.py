@@ -163,8 +163,9 @@ if "runtime_sampler" in tables:
 # filters and FlashInfer's matching call where it is installed, on the same bf16 logits at
 # every batch and vocabulary, each replayed in a CUDA graph. The table shows batch 128 over
 # Llama-3's 128,256 tokens; `fused / best other` below 1 means the fused sampler is the
-# fastest. Top-p alone is the one setting where it is not: its threshold search walks the
-# nucleus, which on flat logits holds tens of thousands of tokens.
+# fastest, and the line under each table names the settings where it is not. Top-p alone is
+# its hardest setting: on flat logits the nucleus holds tens of thousands of tokens, and the
+# threshold search narrows them to a few hundred candidates that it then sorts.
 
 # %%
 grids = notebook_gpu.load_tables()
@@ -175,6 +176,7 @@ if "sampler_grid" in grids:
         view = notebook_gpu.sampler_grid_view(grid, 128, 128256)
         display(show_table(view, units={**dict.fromkeys(view.columns[1:], "us"),
                                         "fused / best other": "ratio"}))
+        display(Markdown(notebook_gpu.sampler_grid_losses(view)))
 else:
     display(Markdown("No sampler grid is stored yet: `python -m decodelab bench runtime "
                      "--profile gpu` writes it on a GPU."))

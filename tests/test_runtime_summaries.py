@@ -68,3 +68,13 @@ def test_the_shipped_h200_tables_summarise():
     view = nb.sampler_grid_view(grid[grid["origin"] == "reference/h200"], 128, 128256)
     assert {"fused", "flashinfer", "fused / best other"} <= set(view.columns)
     assert len(view) == grid["kind"].nunique()
+
+
+def test_the_grid_losses_name_each_setting_where_another_sampler_is_ahead():
+    view = pd.DataFrame({"kind": ["plain", "p0.9"], "fused": [40.0, 360.0],
+                         "torch": [3000.0, 3100.0], "flashinfer": [150.0, 270.0]})
+    view["fused / best other"] = view["fused"] / view[["torch", "flashinfer"]].min(axis=1)
+    assert nb.sampler_grid_losses(view) == (
+        "The fused sampler is not the fastest at: `p0.9` (1.33x flashinfer's time).")
+    assert nb.sampler_grid_losses(view[:1]) == (
+        "The fused sampler is the fastest at every setting (1).")

@@ -81,3 +81,16 @@ def tile_rule_view(tiles: pd.DataFrame) -> pd.DataFrame:
                      "picked / fastest": pick["tile_us"] / best["tile_us"],
                      "picked / cuBLAS": pick["x_cublas"], "same bits": same[weight]})
     return pd.DataFrame(rows)
+
+
+def sampler_grid_losses(view: pd.DataFrame) -> str:
+    """Markdown: the settings of a :func:`sampler_grid_view` where the fused sampler is not the
+    fastest, each with the sampler ahead of it and by how much (or that it is fastest at all)."""
+    ratio = "fused / best other"
+    others = view.drop(columns=["kind", "fused", ratio])
+    behind = view[view[ratio] > 1.0]
+    if behind.empty:
+        return f"The fused sampler is the fastest at every setting ({len(view)})."
+    return "The fused sampler is not the fastest at: " + "; ".join(
+        f"`{r['kind']}` ({r[ratio]:.2f}x {others.loc[i].idxmin()}'s time)"
+        for i, r in behind.iterrows()) + "."
