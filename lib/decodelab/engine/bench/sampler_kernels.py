@@ -74,6 +74,7 @@ def split_rows(kind: str, batch: int, vocab: int, averages: Any, calls: int
 
 
 def _case(cfg: KernelsConfig, kind: str, batch: int) -> list[SamplerKernelRow]:
+    """One kind at one batch: the grid's case, profiled (CUDA)."""
     from decodelab.core.profiler import profile_steps
     from decodelab.engine import fused_sampler
     from decodelab.engine.sampler import fused
