@@ -339,9 +339,9 @@ def grid() -> None:
     assert all(r.in_kept_set >= 0.75 and r.agrees_with_torch >= 0.75 for r in rows), rows
 
 
-CHECKS = {"kinds": kinds, "ties": ties, "tiers": tiers, "invariance": invariance, "penalties": penalties,
-          "edges": edges, "step": step, "fallback": fallback, "full_size": full_size,
-          "grid": grid, "unneeded": unneeded}
+CHECKS = {"kinds": kinds, "ties": ties, "tiers": tiers, "invariance": invariance,
+          "penalties": penalties, "edges": edges, "step": step, "fallback": fallback,
+          "full_size": full_size, "grid": grid, "unneeded": unneeded}
 
 SIZES = ("TOKENS_PER_PROGRAM", "TILE", "BUF", "SMALL_BUF")
 

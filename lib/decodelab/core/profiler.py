@@ -119,3 +119,21 @@ def _record(fn, steps: int, activities: list, cuda: bool, discard: int, meet):
         if cuda:
             device_sync()
     return kept[-1]
+
+
+def kernel_times(averages, calls: int) -> list[tuple[str, float, float]]:
+    """(name, launches per call, device µs per call) of each operation in the profiler's
+    ``key_averages()`` over ``calls`` calls that took device time, the slowest first."""
+    times = [(e.key, e.count / calls,
+              (getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0))
+              / calls) for e in averages]
+    return sorted((t for t in times if t[2] > 0), key=lambda t: -t[2])
+
+
+def in_fresh_process(fn: Callable, *args):
+    """``fn(*args)`` in a spawned process (CUDA does not survive a fork): a profiler attached
+    there (CUPTI stays attached) slows no launch of this process."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(fn, args)

@@ -297,8 +297,8 @@ def _chunk_counts(hist_ptr, row, C, below, CP2: tl.constexpr):
     one load: a loop over the chunks would wait for each in turn."""
     ch = tl.arange(0, CP2)[:, None]
     bins = tl.arange(0, NB)[None, :]
-    return tl.load(hist_ptr + (row * C + ch) * NB + bins, mask=(ch < below) & (bins < NB),
-                   other=0).to(tl.int32)
+    return tl.load(hist_ptr + (row * C + ch) * NB + bins,  # (bins < NB): the mask's 2D shape
+                   mask=(ch < below) & (bins < NB), other=0).to(tl.int32)
 
 
 @triton.jit

@@ -20,8 +20,9 @@ from typing import Any
 
 import torch
 
+from decodelab.core.profiler import in_fresh_process, kernel_times, profile_steps
 from decodelab.core.results import write_table
-from decodelab.core.validate import ConfigError
+from decodelab.core.validate import ConfigError, check_choice, check_int, check_int_list
 from decodelab.engine.bench.sampler_grid import KINDS, grid_case
 
 
@@ -34,16 +35,13 @@ class KernelsConfig:
     logits_scale: float = 2.0
 
     def __post_init__(self) -> None:
-        if not self.batches or any(not isinstance(b, int) or b < 1 for b in self.batches):
-            raise ConfigError(f"KernelsConfig.batches={self.batches!r}: must be a non-empty "
-                              "tuple of integers >= 1")
-        bad = [k for k in self.kinds if k not in (*KINDS, "mix")]
-        if not self.kinds or bad:
-            raise ConfigError(f"KernelsConfig.kinds={self.kinds!r}: {bad or 'empty'}; allowed: "
-                              f"{', '.join((*KINDS, 'mix'))}")
-        for name, value, low in (("vocab", self.vocab, 64), ("calls", self.calls, 1)):
-            if not isinstance(value, int) or value < low:
-                raise ConfigError(f"KernelsConfig.{name}={value!r}: must be an integer >= {low}")
+        check_int_list("KernelsConfig", "batches", self.batches, 1, 4096)
+        if not self.kinds:
+            raise ConfigError(f"KernelsConfig.kinds={self.kinds!r}: must name a kind")
+        for kind in self.kinds:
+            check_choice("KernelsConfig", "kinds", kind, (*KINDS, "mix"))
+        check_int("KernelsConfig", "vocab", self.vocab, 64)
+        check_int("KernelsConfig", "calls", self.calls, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,20 +60,15 @@ class SamplerKernelRow:
 
 def split_rows(kind: str, batch: int, vocab: int, averages: Any, calls: int
                ) -> list[SamplerKernelRow]:
-    """Rows from the profiler's averages over ``calls`` sampler calls (``key_averages()``:
-    items with ``key``, ``count`` and a device time total in µs), the slowest first."""
-    times = [(e.key, e.count / calls,
-              (getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0))
-              / calls) for e in averages]
-    times = [t for t in times if t[2] > 0]
+    """Rows from the profiler's averages over ``calls`` sampler calls, the slowest first."""
+    times = kernel_times(averages, calls)
     total = sum(us for *_, us in times)
     return [SamplerKernelRow(kind, batch, vocab, name[:120], n, us, us / total, total)
-            for name, n, us in sorted(times, key=lambda t: -t[2])]
+            for name, n, us in times]
 
 
 def _case(cfg: KernelsConfig, kind: str, batch: int) -> list[SamplerKernelRow]:
     """One kind at one batch: the grid's case, profiled (CUDA)."""
-    from decodelab.core.profiler import profile_steps
     from decodelab.engine import fused_sampler
     from decodelab.engine.sampler import fused
 
@@ -102,11 +95,8 @@ def _profile(cfg: KernelsConfig) -> list[SamplerKernelRow]:
 
 
 def kernel_rows(cfg: KernelsConfig) -> list[SamplerKernelRow]:
-    """:func:`_profile` in a fresh process (spawned: CUDA does not survive a fork)."""
-    import multiprocessing
-
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_profile, (cfg,))
+    """:func:`_profile` in a fresh process."""
+    return in_fresh_process(_profile, cfg)
 
 
 def write_kernels(out_dir: Path, profile: str, cfg: KernelsConfig | None = None) -> list[Path]:

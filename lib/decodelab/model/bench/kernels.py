@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from decodelab.core.profiler import profile_steps
+from decodelab.core.profiler import in_fresh_process, kernel_times, profile_steps
 from decodelab.model.graphs import DecodeGraphs
 from decodelab.model.kv_cache import PagedKVCache, decode_inputs
 from decodelab.model.llama import PagedLlama
@@ -26,16 +26,10 @@ def kernel_profile(graphs: DecodeGraphs, cache: PagedKVCache, context: int = 512
     events = profile_steps(lambda: graphs.run(*args), steps, cuda=True, cpu=False, warmup=3)
     for table in tables:
         cache.pool.free(table)
-    rows = []
-    for e in events.key_averages():
-        us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
-        if us > 0:
-            rows.append(dict(kernel=e.key[:120], calls_per_step=e.count / steps,
-                             us_per_step=us / steps, batch=batch, context=context))
-    total = sum(r["us_per_step"] for r in rows) or 1.0
-    for r in rows:
-        r["share"] = r["us_per_step"] / total
-    return sorted(rows, key=lambda r: -r["us_per_step"])
+    times = kernel_times(events.key_averages(), steps)
+    total = sum(us for *_, us in times) or 1.0
+    return [dict(kernel=name[:120], calls_per_step=n, us_per_step=us, batch=batch,
+                 context=context, share=us / total) for name, n, us in times]
 
 
 def _profiled_step(model_name: str, dtype: str, block_size: int, width: int,
@@ -62,8 +56,5 @@ def kernel_profile_isolated(model_name: str, dtype: str, block_size: int, width:
     names (the timed model's, so the profile shows its kernels). A fresh process because the
     profiler (CUPTI) stays attached to the process that used it and slows every later launch,
     which would skew the timings of the phases that run after this one."""
-    import multiprocessing
-
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_profiled_step, (model_name, dtype, block_size, width, context,
-                                           linear_choice, batch))
+    return in_fresh_process(_profiled_step, model_name, dtype, block_size, width, context,
+                            linear_choice, batch)
