@@ -201,11 +201,36 @@ def float16() -> None:
         assert _rel(got.float(), cublas(v.float(), w.float(), swiglu)) < F16_RTOL, (m, n, k)
 
 
+def fp32_logits() -> None:
+    """The LM head's kernels (``ops.logits``) on float16 inputs writing float32: the fp32 sum
+    of the products unrounded, far inside float16's rounding (2^-11 relative), at one row
+    (gemv), a few (skinny) and any count (the batch-invariant tiles, whose rows keep their
+    bits in any batch)."""
+    from decodelab.model.triton import invariant
+    from decodelab.model.triton.linear import gemv as run_gemv
+    from decodelab.model.triton.skinny import TILES
+    from decodelab.model.triton.skinny import skinny as run_skinny
+
+    gen = torch.Generator().manual_seed(4)
+    w = (torch.randn((70, 300), generator=gen) / 300 ** 0.5).half()
+    x = torch.randn((17, 300), generator=gen).half()
+    want = F.linear(x.double(), w.double())
+    got = {"gemv": run_gemv(x[:1], w, (8, 128, 4), out_dtype=torch.float32),
+           "skinny": run_skinny(x, w, TILES[0], out_dtype=torch.float32),
+           "invariant": invariant.matmul(x, w, out_dtype=torch.float32)}
+    for name, y in got.items():
+        assert y.dtype == torch.float32, name
+        assert _rel(y.double(), want[:y.shape[0]]) < FP32_SUM_RTOL, (name, _rel(y.double(), want))
+    assert torch.equal(invariant.matmul(x[3:5], w, out_dtype=torch.float32), got["invariant"][3:5])
+
+
+# The fp32 accumulator's own rounding over a few hundred products (far below float16's)
+FP32_SUM_RTOL = 1e-5
 # float16 keeps 11 significant bits (2^-11 ~ 4.9e-4 relative): the output's rounding, and the
 # intermediate roundings to the model dtype that the kernels make as the torch ops do
 F16_RTOL = 2e-3
 CHECKS = {"gemv": gemv, "add_norm_gemv": add_norm_gemv, "skinny": skinny, "model": model,
-          "attention": attention, "float16": float16}
+          "attention": attention, "float16": float16, "fp32_logits": fp32_logits}
 
 if __name__ == "__main__":
     _scalar_loop_bounds()

@@ -120,6 +120,11 @@ class TorchOps:
         """The MLP's down projection of silu(gate) * up."""
         return F.linear(cls.silu_mul(gate_up), w)
 
+    @staticmethod
+    def logits(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """The LM head in the model dtype, then float32, as ``transformers`` rounds it."""
+        return F.linear(x, w).float()
+
     decode_attention = staticmethod(paged_decode_attention_ref)
 
     prefill_attention = staticmethod(paged_prefill_attention_ref)
@@ -217,7 +222,9 @@ class PagedLlama:
         return partial
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ops.linear(x, self.weights.lm_head).float()
+        """(T, vocab) float32: the Triton backends write the matmul's fp32 accumulator
+        unrounded, the torch backend rounds it to the model dtype first (``ops.logits``)."""
+        return self.ops.logits(x, self.weights.lm_head)
 
     # ------------------------------------------------------------------ public forward passes
     @torch.inference_mode()

@@ -108,9 +108,10 @@ def stages_for(block_m: int, block_n: int, block_k: int, elem_bytes: int, shared
     return stages
 
 
-def matmul(x: torch.Tensor, w: torch.Tensor, *, pdl: bool = False) -> torch.Tensor:
-    """x (M, K), w (N, K) -> (M, N) in w's dtype, any M: the skinny kernel in the tiles of
-    :func:`matmul_tile`. (The SwiGLU product goes through ``fused.silu_mul`` first, a per-row
+def matmul(x: torch.Tensor, w: torch.Tensor, *, pdl: bool = False,
+           out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """x (M, K), w (N, K) -> (M, N) in ``out_dtype`` (default w's), any M: the skinny kernel
+    in the tiles of :func:`matmul_tile`. (The SwiGLU product goes through ``fused.silu_mul`` first, a per-row
     kernel: fused into this kernel's x tile it is recomputed by every program, 10x slower at
     the down projection.)"""
     n, k = w.shape
@@ -121,7 +122,7 @@ def matmul(x: torch.Tensor, w: torch.Tensor, *, pdl: bool = False) -> torch.Tens
     stages = stages_for(tile.block_m, tile.block_n, tile.block_k, w.element_size(),
                         attention_plan.shared_per_block(w.device))
     return skinny.tiled(x, w, (tile.block_n, tile.block_k, tile.warps, stages), tile.block_m,
-                        pdl=pdl)
+                        pdl=pdl, out_dtype=out_dtype)
 
 
 @triton.jit

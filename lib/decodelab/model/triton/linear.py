@@ -67,7 +67,7 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, res_ptr, nw_ptr, h_out_ptr, N, K, stride_w
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rmask = rows < N
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
-    dt: tl.constexpr = y_ptr.dtype.element_ty
+    dt: tl.constexpr = x_ptr.dtype.element_ty  # the model's dtype (y may be wider: logits)
     cols = tl.arange(0, BLOCK_K)
     kmask = cols < K
     # The first weight tile: no kernel writes weights, so under PDL it streams in while the
@@ -101,7 +101,7 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, res_ptr, nw_ptr, h_out_ptr, N, K, stride_w
             w = tl.load(w_rows + cols[None, :], mask=rmask[:, None] & kmask[None, :], other=0.0)
         acc += w.to(tl.float32) * _gemv_x(x_ptr, res_ptr, nw_ptr, rstd, cols, kmask, K, SWIGLU,
                                           NORM, HAS_ADD, dt)[None, :]
-    tl.store(y_ptr + rows, tl.sum(acc, axis=1).to(dt), mask=rmask)
+    tl.store(y_ptr + rows, tl.sum(acc, axis=1).to(y_ptr.dtype.element_ty), mask=rmask)
 
 
 def _launch(x, w, y, tile, *, res=None, norm_w=None, h_out=None, eps: float = 0.0,
@@ -117,9 +117,11 @@ def _launch(x, w, y, tile, *, res=None, norm_w=None, h_out=None, eps: float = 0.
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, tile: tuple[int, int, int], *,
-         swiglu: bool = False, pdl: bool = False) -> torch.Tensor:
-    """x (1, K) (or (1, 2K) gate|up with ``swiglu``), w (N, K) -> (1, N)."""
-    y = torch.empty((1, w.shape[0]), dtype=w.dtype, device=w.device)
+         swiglu: bool = False, pdl: bool = False, out_dtype: torch.dtype | None = None
+         ) -> torch.Tensor:
+    """x (1, K) (or (1, 2K) gate|up with ``swiglu``), w (N, K) -> (1, N) in ``out_dtype``
+    (default w's: float32 gives the fp32 sum unrounded)."""
+    y = torch.empty((1, w.shape[0]), dtype=out_dtype or w.dtype, device=w.device)
     _launch(x, w, y, tile, swiglu=swiglu, pdl=pdl)
     return y
 

@@ -33,8 +33,16 @@ MAX_REL_ERR = 2e-2  # a candidate further than this from cuBLAS (bf16 rounding) 
 _MEASURED: dict[tuple, tuple[Tile | None, dict[str, float]]] = {}
 
 
-def cublas(x: torch.Tensor, w: torch.Tensor, swiglu: bool) -> torch.Tensor:
-    return F.linear(silu_mul(x) if swiglu else x, w)
+def cublas(x: torch.Tensor, w: torch.Tensor, swiglu: bool,
+           out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The library's matmul. ``out_dtype`` float32 on CUDA half inputs: cuBLAS writes its fp32
+    accumulator (no rounding to the model dtype, no separate cast kernel)."""
+    x = silu_mul(x) if swiglu else x
+    if out_dtype in (None, w.dtype):
+        return F.linear(x, w)
+    if w.is_cuda and out_dtype == torch.float32 and w.dtype in (torch.bfloat16, torch.float16):
+        return torch.mm(x, w.t(), out_dtype=out_dtype)
+    return F.linear(x.to(out_dtype), w.to(out_dtype))
 
 
 def tunable(rows: int) -> bool:
@@ -74,20 +82,20 @@ def _time_us(fn: Callable[[int], object], n_weights: int, reps: int = 3) -> floa
     return time_graph_replays(graph, reps) * 1e6 / calls  # µs per call
 
 
-def _measure(w: torch.Tensor, swiglu: bool, rows: int, pdl: bool
+def _measure(w: torch.Tensor, swiglu: bool, rows: int, pdl: bool, out_dtype: torch.dtype | None
              ) -> tuple[Tile | None, dict[str, float]]:
     """(the fastest tile, or None for cuBLAS; µs per call of every candidate by name, NaN
     where a tile needs more on-chip memory than this GPU has)."""
     x = torch.randn((rows, w.shape[1] * (2 if swiglu else 1)), dtype=w.dtype, device=w.device)
-    ref = cublas(x, w, swiglu).float()
+    ref = cublas(x, w, swiglu, out_dtype).float()
     nbytes = w.numel() * w.element_size()
     ws = [w] + [w.clone() for _ in range(max(0, min(32, TIMING_BYTES // nbytes) - 1))]
-    times = {"cublas": _time_us(lambda i: cublas(x, ws[i], swiglu), len(ws))}
+    times = {"cublas": _time_us(lambda i: cublas(x, ws[i], swiglu, out_dtype), len(ws))}
     best, best_us, run = None, times["cublas"], _run(rows)
     for tile in _tiles(w.shape[1], rows):
         name = candidate_name(rows, tile)
         try:
-            out = run(x, w, tile, swiglu=swiglu, pdl=pdl)
+            out = run(x, w, tile, swiglu=swiglu, pdl=pdl, out_dtype=out_dtype)
         except OutOfResources:  # this tile's pipeline does not fit this GPU: not a candidate
             times[name] = math.nan
             continue
@@ -95,7 +103,8 @@ def _measure(w: torch.Tensor, swiglu: bool, rows: int, pdl: bool
         if err > MAX_REL_ERR:
             raise AssertionError(f"{name} on {tuple(w.shape)} x {rows} rows: rel err {err:.3g}")
         times[name] = _time_us(
-            lambda i, tile=tile: run(x, ws[i], tile, swiglu=swiglu, pdl=pdl), len(ws))
+            lambda i, tile=tile: run(x, ws[i], tile, swiglu=swiglu, pdl=pdl,
+                                     out_dtype=out_dtype), len(ws))
         if times[name] < best_us:
             best, best_us = tile, times[name]
     ws.clear()  # give the timing copies back
@@ -107,29 +116,33 @@ class MatmulChoice:
     """Per (n, k, swiglu, rows): the tile of the fastest Triton candidate, or None (cuBLAS).
     With ``pdl`` the Triton candidates of steps up to ``pdl_policy.MAX_ROWS`` rows are launched (and
     timed) with programmatic dependent launch, as back-to-back kernels of a step run them.
-    A given ``choice`` is kept untimed."""
+    A weight is tuned in the output dtype it runs in (``out_dtype``: the LM head writes fp32
+    logits; every other matmul the model dtype). A given ``choice`` is kept untimed."""
 
     def __init__(self, pdl: bool = False, choice: dict[Key, Tile | None] | None = None) -> None:
         self.pdl = pdl
         self.choice: dict[Key, Tile | None] = dict(choice or {})
         self.timings: dict[Key, dict[str, float]] = {}
 
-    def tune(self, w: torch.Tensor, swiglu: bool = False, rows: int = 1) -> None:
+    def tune(self, w: torch.Tensor, swiglu: bool = False, rows: int = 1,
+             out_dtype: torch.dtype | None = None) -> None:
         key = (*w.shape, swiglu, rows)
         if key in self.choice or not tunable(rows):
             return
         pdl = for_rows(self.pdl, rows)
-        measured = (w.device.index, w.dtype, pdl, key)
+        measured = (w.device.index, w.dtype, out_dtype, pdl, key)
         if measured not in _MEASURED:
-            _MEASURED[measured] = _measure(w, swiglu, rows, pdl)
+            _MEASURED[measured] = _measure(w, swiglu, rows, pdl, out_dtype)
         self.choice[key], self.timings[key] = _MEASURED[measured]
 
     def tile(self, w: torch.Tensor, swiglu: bool, rows: int) -> Tile | None:
         return self.choice.get((*w.shape, swiglu, rows))
 
-    def __call__(self, x: torch.Tensor, w: torch.Tensor, swiglu: bool = False) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, swiglu: bool = False,
+                 out_dtype: torch.dtype | None = None) -> torch.Tensor:
         rows = x.shape[0]
         tile = self.tile(w, swiglu, rows)
         if tile is None:
-            return cublas(x, w, swiglu)
-        return _run(rows)(x, w, tile, swiglu=swiglu, pdl=for_rows(self.pdl, rows))
+            return cublas(x, w, swiglu, out_dtype)
+        return _run(rows)(x, w, tile, swiglu=swiglu, pdl=for_rows(self.pdl, rows),
+                          out_dtype=out_dtype)

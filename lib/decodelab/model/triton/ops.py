@@ -38,7 +38,7 @@ class TritonOps:
                 self.matmul.tune(lw.o, rows=m)
                 self.matmul.tune(lw.gate_up, rows=m)
                 self.matmul.tune(lw.down, swiglu=True, rows=m)
-            self.matmul.tune(weights.lm_head, rows=m)
+            self.matmul.tune(weights.lm_head, rows=m, out_dtype=torch.float32)
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
                ) -> torch.Tensor:
@@ -46,6 +46,10 @@ class TritonOps:
 
     def swiglu_linear(self, gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return self.matmul(gate_up.contiguous(), w, swiglu=True)
+
+    def logits(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """The LM head, written in fp32 by the matmul itself (no cast kernel after it)."""
+        return self.matmul(x, w, out_dtype=torch.float32)
 
     def add_norm_linear(self, h: torch.Tensor, x: torch.Tensor | None, norm_w: torch.Tensor,
                         eps: float, w: torch.Tensor, bias: torch.Tensor | None = None
@@ -117,6 +121,10 @@ class InvariantOps(TritonOps):
     def swiglu_linear(self, gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         pdl = self._pdl(gate_up.shape[0])  # both kernels per-row invariant
         return invariant.matmul(silu_mul(gate_up.contiguous(), pdl=pdl), w, pdl=pdl)
+
+    def logits(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return invariant.matmul(x.contiguous(), w, pdl=self._pdl(x.shape[0]),
+                                out_dtype=torch.float32)
 
     def decode_attention(self, q, k_cache, v_cache, block_tables, context_lens, scale
                          ) -> torch.Tensor:

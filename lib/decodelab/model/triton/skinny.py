@@ -40,7 +40,7 @@ def _skinny_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_x, stride_w, stride_y,
     if PDL:  # x comes from the kernel before
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    dt: tl.constexpr = y_ptr.dtype.element_ty
+    dt: tl.constexpr = x_ptr.dtype.element_ty  # the model's dtype (y may be wider: logits)
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)  # one M tile here; ``tiled``: more
     nmask, mmask = n < N, m < M
@@ -61,26 +61,30 @@ def _skinny_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_x, stride_w, stride_y,
             x = tl.load(x_rows + c[None, :], mask=xmask, other=0.0)
         acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
     out = y_ptr + m.to(tl.int64)[:, None] * stride_y + n[None, :]
-    tl.store(out, acc.to(dt), mask=mmask[:, None] & nmask[None, :])
+    tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=mmask[:, None] & nmask[None, :])
 
 
 def skinny(x: torch.Tensor, w: torch.Tensor, tile: tuple[int, int, int, int], *,
-           swiglu: bool = False, pdl: bool = False) -> torch.Tensor:
-    """x (M, K) (or (M, 2K) gate|up with ``swiglu``), w (N, K) -> (M, N), 2 <= M <= MAX_ROWS."""
+           swiglu: bool = False, pdl: bool = False, out_dtype: torch.dtype | None = None
+           ) -> torch.Tensor:
+    """x (M, K) (or (M, 2K) gate|up with ``swiglu``), w (N, K) -> (M, N), 2 <= M <= MAX_ROWS,
+    in ``out_dtype`` (default w's: float32 gives the fp32 accumulator unrounded)."""
     rows = x.shape[0]
     if not 1 <= rows <= MAX_ROWS or x.stride(1) != 1 or w.stride(1) != 1:
         raise ValueError(f"skinny: {rows} rows (allowed 1..{MAX_ROWS}), contiguous last dims")
-    return tiled(x, w, tile, max(16, triton.next_power_of_2(rows)), swiglu=swiglu, pdl=pdl)
+    return tiled(x, w, tile, max(16, triton.next_power_of_2(rows)), swiglu=swiglu, pdl=pdl,
+                 out_dtype=out_dtype)
 
 
 def tiled(x: torch.Tensor, w: torch.Tensor, tile: tuple[int, int, int, int], block_m: int, *,
-          swiglu: bool = False, pdl: bool = False) -> torch.Tensor:
+          swiglu: bool = False, pdl: bool = False, out_dtype: torch.dtype | None = None
+          ) -> torch.Tensor:
     """The same kernel over any number of rows, in tiles of ``block_m`` rows (one program per
     BLOCK_N columns and tile): ``skinny`` is its single tile; ``invariant.matmul`` picks the
     tile by the rows (``invariant.matmul_tile``)."""
     rows, (n, k) = x.shape[0], w.shape
     block_n, block_k, warps, stages = tile
-    y = torch.empty((rows, n), dtype=w.dtype, device=w.device)
+    y = torch.empty((rows, n), dtype=out_dtype or w.dtype, device=w.device)
     _skinny_kernel[(triton.cdiv(n, block_n), triton.cdiv(rows, block_m))](
         x, w, y, rows, n, k, x.stride(0), w.stride(0), y.stride(0), SWIGLU=swiglu,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
