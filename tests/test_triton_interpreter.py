@@ -34,6 +34,10 @@ def test_matmul_kernels_equal_torch():
     assert out.splitlines() == ["gemv: ok", "add_norm_gemv: ok", "skinny: ok", "fp32_logits: ok"]
 
 
+def test_rotary_and_cache_write_equal_torch():
+    assert _run("rope_write").strip() == "rope_write: ok"
+
+
 def test_paged_attention_equals_reference_and_ignores_the_table_width():
     """Mixed contexts (1 to 1,500) at batches that split 8, 2 and 1 ways, splits capped at 64
     positions too: the reference within fp32 rounding; a wider block table, the same bits."""

@@ -201,6 +201,38 @@ def float16() -> None:
         assert _rel(got.float(), cublas(v.float(), w.float(), swiglu)) < F16_RTOL, (m, n, k)
 
 
+def rope_write() -> None:
+    """The fused rotary + cache write (one program per token, all its heads) against the torch
+    ops: q rotated, k rotated and v stored at each token's slot, and a padding row (slot -1)
+    writing nothing anywhere; at a head count that is not a power of two (tiny: 8 + 2)."""
+    from decodelab.model.config import named_config
+    from decodelab.model.kv_cache import PagedKVCache
+    from decodelab.model.llama import PagedLlama
+    from decodelab.model.triton.fused import rope_write as run
+    from decodelab.model.weights import from_state_dict, random_state_dict
+
+    config = named_config("tiny")
+    h, hkv, d = config.num_heads, config.num_kv_heads, config.head_dim
+    assert (h + hkv) & (h + hkv - 1), "the check wants a padded head tile"
+    model = PagedLlama(config, from_state_dict(config, random_state_dict(config, seed=2)),
+                       PagedKVCache(config, 8, 4), backend="torch")
+    gen = torch.Generator().manual_seed(5)
+    qkv = torch.randn((5, (h + 2 * hkv) * d), generator=gen)
+    q, k, v = qkv.split([h * d, hkv * d, hkv * d], dim=-1)
+    q, k, v = q.view(5, h, d), k.view(5, hkv, d), v.view(5, hkv, d)
+    positions = torch.tensor([0, 3, 9, 17, 2])
+    slots = torch.tensor([1, 6, -1, 13, 20])
+    want_cache, got_cache = PagedKVCache(config, 8, 4), PagedKVCache(config, 8, 4)
+    want_q = TorchOps.rope_write(q, k, v, positions, model.cos, model.sin, want_cache, 1, slots)
+    got_q = run(q, k, v, positions, model.cos, model.sin, got_cache, 1, slots)
+    assert _rel(got_q, want_q) < RTOL
+    scratch = want_cache.scratch_block  # the torch path parks a padding row's k/v there
+    for got, want in ((got_cache.k, want_cache.k), (got_cache.v, want_cache.v)):
+        want[:, scratch] = 0
+        assert torch.allclose(got, want, rtol=RTOL, atol=1e-6)
+        assert got.count_nonzero() == 4 * hkv * d, "only the four real rows are stored"
+
+
 def fp32_logits() -> None:
     """The LM head's kernels (``ops.logits``) on float16 inputs writing float32: the fp32 sum
     of the products unrounded, far inside float16's rounding (2^-11 relative), at one row
@@ -230,7 +262,8 @@ FP32_SUM_RTOL = 1e-5
 # intermediate roundings to the model dtype that the kernels make as the torch ops do
 F16_RTOL = 2e-3
 CHECKS = {"gemv": gemv, "add_norm_gemv": add_norm_gemv, "skinny": skinny, "model": model,
-          "attention": attention, "float16": float16, "fp32_logits": fp32_logits}
+          "attention": attention, "float16": float16, "fp32_logits": fp32_logits,
+          "rope_write": rope_write}
 
 if __name__ == "__main__":
     _scalar_loop_bounds()

@@ -48,36 +48,40 @@ def _add_rms_norm_kernel(h_ptr, x_ptr, w_ptr, y_ptr, n, eps, HAS_X: tl.constexpr
 @triton.jit
 def _rope_write_kernel(qkv_ptr, pos_ptr, cos_ptr, sin_ptr, slot_ptr, q_out_ptr, k_ptr, v_ptr,
                        stride_t, stride_kb, stride_kh, stride_kt,
-                       H: tl.constexpr, HKV: tl.constexpr, HALF: tl.constexpr, BS: tl.constexpr,
-                       PDL: tl.constexpr):
+                       H: tl.constexpr, HKV: tl.constexpr, HP: tl.constexpr,
+                       HALF: tl.constexpr, BS: tl.constexpr, PDL: tl.constexpr):
+    """One program per token: its H query and HKV key heads rotated as one (HP, HALF) tile
+    pair (HP = H + HKV padded to a power of two), q stored, k and v stored at the token's
+    cache slot. The token's position, slot and cos/sin row are read once for all its heads."""
     _pdl_enter(PDL)
-    t = tl.program_id(0)
-    head = tl.program_id(1)  # 0 .. H-1: a query head; H .. H+HKV-1: a KV head
+    t = tl.program_id(0).to(tl.int64)
     D: tl.constexpr = 2 * HALF
+    head = tl.arange(0, HP)  # 0 .. H-1: query heads; H .. H+HKV-1: key heads
     i = tl.arange(0, HALF)
+    live = head < H + HKV
     pos = tl.load(pos_ptr + t).to(tl.int64)
-    c = tl.load(cos_ptr + pos * HALF + i).to(tl.float32)
-    s = tl.load(sin_ptr + pos * HALF + i).to(tl.float32)
-    src = qkv_ptr + t.to(tl.int64) * stride_t + head * D  # q heads, then k heads, then v heads
-    x1 = tl.load(src + i).to(tl.float32)
-    x2 = tl.load(src + HALF + i).to(tl.float32)
+    slot = tl.load(slot_ptr + t).to(tl.int64)
+    c = tl.load(cos_ptr + pos * HALF + i).to(tl.float32)[None, :]
+    s = tl.load(sin_ptr + pos * HALF + i).to(tl.float32)[None, :]
+    src = qkv_ptr + t * stride_t + head[:, None] * D + i[None, :]  # q heads, then k, then v
+    x1 = tl.load(src, mask=live[:, None], other=0.0).to(tl.float32)
+    x2 = tl.load(src + HALF, mask=live[:, None], other=0.0).to(tl.float32)
     r1 = (x1 * c - x2 * s).to(q_out_ptr.dtype.element_ty)
     r2 = (x2 * c + x1 * s).to(q_out_ptr.dtype.element_ty)
-    if head < H:
-        dst = q_out_ptr + (t.to(tl.int64) * H + head) * D
-        tl.store(dst + i, r1)
-        tl.store(dst + HALF + i, r2)
-    else:
-        slot = tl.load(slot_ptr + t).to(tl.int64)
-        ok = (i * 0 + slot) >= 0  # padding rows (slot -1) store nothing
-        slot = tl.maximum(slot, 0)
-        kvh = head - H
-        off = (slot // BS) * stride_kb + kvh * stride_kh + (slot % BS) * stride_kt
-        tl.store(k_ptr + off + i, r1, mask=ok)
-        tl.store(k_ptr + off + HALF + i, r2, mask=ok)
-        vsrc = src + HKV * D
-        tl.store(v_ptr + off + i, tl.load(vsrc + i), mask=ok)
-        tl.store(v_ptr + off + HALF + i, tl.load(vsrc + HALF + i), mask=ok)
+    is_q = (head < H)[:, None]
+    dst = q_out_ptr + (t * H + head[:, None]) * D + i[None, :]
+    tl.store(dst, r1, mask=is_q)
+    tl.store(dst + HALF, r2, mask=is_q)
+    # key head j = head - H; a padding row (slot -1) stores nothing
+    is_k = ((head >= H) & live & (slot >= 0))[:, None]
+    kvh = tl.maximum(head - H, 0)[:, None]
+    slot = tl.maximum(slot, 0)
+    off = (slot // BS) * stride_kb + kvh * stride_kh + (slot % BS) * stride_kt + i[None, :]
+    tl.store(k_ptr + off, r1, mask=is_k)
+    tl.store(k_ptr + off + HALF, r2, mask=is_k)
+    vsrc = src + HKV * D  # key head j's value head sits HKV heads later in the row
+    tl.store(v_ptr + off, tl.load(vsrc, mask=is_k, other=0.0), mask=is_k)
+    tl.store(v_ptr + off + HALF, tl.load(vsrc + HALF, mask=is_k, other=0.0), mask=is_k)
 
 
 @triton.jit
@@ -124,8 +128,9 @@ def rope_write(q, k, v, positions, cos, sin, cache: PagedKVCache, layer: int,
         raise ValueError("rope_write expects q, k, v as consecutive views of one qkv matrix")
     q_out = torch.empty((t, h, d), dtype=q.dtype, device=q.device)
     kc, vc = cache.k[layer], cache.v[layer]
-    _rope_write_kernel[(t, h + hkv)](
+    heads = triton.next_power_of_2(h + hkv)
+    _rope_write_kernel[(t,)](
         q, positions, cos, sin, slot_mapping, q_out, kc, vc, q.stride(0), kc.stride(0),
-        kc.stride(1), kc.stride(2), H=h, HKV=hkv, HALF=d // 2, BS=cache.block_size, PDL=pdl,
-        num_warps=1, **launch_kw(pdl))
+        kc.stride(1), kc.stride(2), H=h, HKV=hkv, HP=heads, HALF=d // 2, BS=cache.block_size,
+        PDL=pdl, num_warps=max(1, min(8, heads * d // 512)), **launch_kw(pdl))
     return q_out
