@@ -110,10 +110,9 @@ def stages_for(block_m: int, block_n: int, block_k: int, elem_bytes: int, shared
 
 def matmul(x: torch.Tensor, w: torch.Tensor, *, pdl: bool = False,
            out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """x (M, K), w (N, K) -> (M, N) in ``out_dtype`` (default w's), any M: the skinny kernel
-    in the tiles of :func:`matmul_tile`. (The SwiGLU product goes through ``fused.silu_mul`` first, a per-row
-    kernel: fused into this kernel's x tile it is recomputed by every program, 10x slower at
-    the down projection.)"""
+    """x (M, K), w (N, K) -> (M, N) in ``out_dtype`` (default w's), any M: the skinny kernel in
+    the tiles of :func:`matmul_tile`. (SwiGLU's product runs first in ``fused.silu_mul``: in
+    this kernel's x tile every program would recompute it, 10x slower at the down projection.)"""
     n, k = w.shape
     if x.stride(1) != 1 or w.stride(1) != 1 or x.shape[1] != k:
         raise ValueError(f"invariant.matmul: x {tuple(x.shape)}, w {tuple(w.shape)}: need "
