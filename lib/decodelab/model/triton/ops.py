@@ -48,7 +48,9 @@ class TritonOps:
         return self.matmul(gate_up.contiguous(), w, swiglu=True)
 
     def logits(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """The LM head, written in fp32 by the matmul itself (no cast kernel after it)."""
+        """The LM head, written in fp32 by the matmul itself (no cast kernel after it). With
+        the per-token RoPE kernel, on an H100 (Llama-3.2-1B bf16, graph step, context 512):
+        71 µs less per step at 128 rows (2,339 -> 2,268), 150 at 256, none at 1-8 rows."""
         return self.matmul(x, w, out_dtype=torch.float32)
 
     def add_norm_linear(self, h: torch.Tensor, x: torch.Tensor | None, norm_w: torch.Tensor,
