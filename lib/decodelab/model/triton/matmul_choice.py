@@ -36,13 +36,13 @@ _MEASURED: dict[tuple, tuple[Tile | None, dict[str, float]]] = {}
 def cublas(x: torch.Tensor, w: torch.Tensor, swiglu: bool,
            out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """The library's matmul. ``out_dtype`` float32 on CUDA half inputs: cuBLAS writes its fp32
-    accumulator (no rounding to the model dtype, no separate cast kernel)."""
+    accumulator (no rounding to the model dtype, no separate cast kernel); elsewhere the
+    product in the model dtype, widened."""
     x = silu_mul(x) if swiglu else x
-    if out_dtype in (None, w.dtype):
-        return F.linear(x, w)
     if w.is_cuda and out_dtype == torch.float32 and w.dtype in (torch.bfloat16, torch.float16):
         return torch.mm(x, w.t(), out_dtype=out_dtype)
-    return F.linear(x.to(out_dtype), w.to(out_dtype))
+    y = F.linear(x, w)
+    return y if out_dtype in (None, w.dtype) else y.to(out_dtype)
 
 
 def tunable(rows: int) -> bool:
