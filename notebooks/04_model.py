@@ -252,22 +252,26 @@ if pm is not None:
 # every row at the context, SDPA on a contiguous copy of the K/V shows what reading through a
 # block table costs. With the contexts of a serving batch (each row anywhere from 1 to twice the
 # context), the longest rows decide when a step's attention ends: the column without the split
-# cap shows what sharing them out in capped splits gains, and FlashInfer's paged decode, planned
-# on the host for the batch's actual lengths, is the serving peer. The last column is ours over
-# the fastest peer on that line: below 1, ours is ahead.
+# cap shows what sharing them out in capped splits gains, the column in batch order what
+# starting the longest rows first gains (once a batch fills the GPU without splits, the model
+# sorts its rows once a step, longest first), and FlashInfer's paged decode, planned on the
+# host for the batch's actual lengths, is the serving peer. The last column is ours over the
+# fastest peer on that line: below 1, ours is ahead.
 
 # %%
 if "paged_attention" in tables:
     display(show_table(attention_view(tables["paged_attention"]), {
         "origin": "source", "batch": "batch", "context": "context", "lens": "contexts",
         "paged_us": "ours (µs)", "paged_uncapped_us": "ours, no split cap (µs)",
+        "paged_batch_order_us": "ours, rows in batch order (µs)",
         "flashinfer_us": "FlashInfer (µs)", "sdpa_contiguous_us": "SDPA, contiguous (µs)",
         "paged_vs_best_peer": "ours ÷ fastest peer"},
         caption="Decode attention alone, µs per layer (table paged_attention, where each "
                 "row's K/V bandwidth and the SDPA backend or FlashInfer kernel that ran are "
                 "listed). \"uniform\": every row at the context, where SDPA reads a contiguous "
                 "copy of the same K/V; \"mixed\": a serving batch's contexts, each row's drawn "
-                "from 1 to twice the context, beside the same kernel without its split cap. "
+                "from 1 to twice the context, beside the same kernel without its split cap "
+                "and with its rows in batch order. "
                 "FlashInfer's paged decode reads our pool where it was installed."))
 
 # %% [markdown]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
+from decodelab.model.triton import attention_plan
 from decodelab.model.triton.attention_plan import (
     BUSY_PROGRAMS_PER_SM,
     MAX_SPLITS,
@@ -13,6 +15,7 @@ from decodelab.model.triton.attention_plan import (
     launch_for,
     merge_lanes,
     num_splits,
+    row_order,
 )
 
 
@@ -65,3 +68,14 @@ def test_the_grid_holds_a_full_table_in_capped_splits(splits, positions, chunk, 
 def test_the_merge_width_comes_from_the_batch_alone():
     assert merge_lanes(1) == merge_lanes(8) == MERGE_LANES
     assert merge_lanes(32) == 32
+
+
+def test_rows_are_taken_longest_first_once_the_batch_fills_the_gpu(monkeypatch):
+    monkeypatch.setattr(attention_plan, "sm_count", lambda device: 4)  # 2 x 4 programs fill it
+    lens = torch.tensor([5, 900, 1, 900, 64, 7, 8, 9], dtype=torch.int32)
+    order = row_order(lens, kv_heads=1)
+    assert order.dtype == torch.int32
+    assert sorted(order.tolist()) == list(range(8))
+    assert lens[order.long()].tolist() == [900, 900, 64, 9, 8, 7, 5, 1]
+    assert row_order(lens[:7], kv_heads=1) is None  # split to fill the GPU: batch order
+    assert row_order(lens[:4], kv_heads=2) is not None

@@ -43,7 +43,8 @@ def test_triton_attention_equals_reference(shape):
 @pytest.mark.parametrize("group", [1, 4, 7])
 def test_paged_attention_over_any_block_table(dtype, group):
     """Shuffled, non-contiguous blocks; contexts of 1, a partial last block, exact multiples of
-    the block size and long ones in one batch; every split count the plan picks (batch 1..64)."""
+    the block size and long ones in one batch; every split count the plan picks (batch 1..64);
+    the rows taken in any order give the same bits."""
     from decodelab.model.attention import paged_decode_attention_ref
     from decodelab.model.triton.attention import paged_decode_attention
 
@@ -63,6 +64,10 @@ def test_paged_attention_over_any_block_table(dtype, group):
         got = paged_decode_attention(q, k, v, bt, lens, d ** -0.5)
         bound = 1e-5 if dtype == torch.float32 else compare.TRITON_RTOL
         assert compare.rel_err(got, ref) <= bound, (batch, dtype, group)
+        for order in (torch.argsort(lens, descending=True).int(),  # the model's row order,
+                      torch.randperm(batch, generator=gen, device="cuda").int()):  # or any
+            assert torch.equal(paged_decode_attention(q, k, v, bt, lens, d ** -0.5,
+                                                      row_order=order), got), (batch, dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -139,7 +139,8 @@ def attention() -> None:
     """Paged decode attention over a shuffled block table, contexts of 1 to 1,500 in one batch
     at batch 1, 5 and 40 (8, 2 and 1 splits on the interpreter's 8 SMs), with splits capped at
     the default and at 64 positions (more splits than the merge reads at once): the reference
-    within fp32 rounding, and the same bits in a wider block table (a graph's)."""
+    within fp32 rounding, and the same bits in a wider block table (a graph's) and with the
+    rows taken longest first or in a random order."""
     from decodelab.model.attention import paged_decode_attention_ref
     from decodelab.model.triton.attention import paged_decode_attention
     from decodelab.model.triton.attention_plan import LaunchConfig
@@ -161,6 +162,15 @@ def attention() -> None:
             assert _rel(got, ref) < RTOL, (batch, launch, _rel(got, ref))
             assert torch.equal(paged_decode_attention(q, k, v, wider, lens, d ** -0.5, launch),
                                got), (batch, launch)
+            for order in (torch.argsort(lens, descending=True).int(),
+                          torch.randperm(batch, generator=gen).int()):
+                assert torch.equal(paged_decode_attention(q, k, v, tables, lens, d ** -0.5,
+                                                          launch, row_order=order), got)
+    try:  # an order that is not one int32 per row is refused before any launch
+        paged_decode_attention(q, k, v, tables, lens, d ** -0.5, row_order=lens.long())
+        raise AssertionError("a 64-bit row_order was taken")
+    except ValueError as exc:
+        assert "row_order must be (40,) int32" in str(exc), exc
 
 
 def float16() -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-IMPLS = ("paged", "paged_uncapped", "flashinfer", "sdpa_contiguous")  # the columns, in order
+IMPLS = ("paged", "paged_uncapped", "paged_batch_order", "flashinfer",
+         "sdpa_contiguous")  # the columns, in order
 PEERS = ("flashinfer", "sdpa_contiguous")
 KEYS = ("origin", "batch", "context", "lens")
 

@@ -39,10 +39,9 @@ so only the launches differ). ``batch_invariant=True`` (Triton on CUDA) runs eve
 in one order whatever the batch (``model.triton.invariant``): a request's logits are the same
 bits alone or in any batch, in any graph bucket, and from prefill as from decode, at the cost
 of one matmul kernel for every row count instead of the fastest per shape. Constructing a
-"triton" model times each batch-1 matmul
-candidate on the device once (seconds, Triton compilation included); ``tune_rows(rows)``
-does the same for steps of more rows (``DecodeGraphs`` calls it with its buckets); every
-choice is fixed before any graph is captured.
+"triton" model times each batch-1 matmul candidate on the device once (seconds, Triton
+compilation included); ``tune_rows(rows)`` does the same for steps of more rows
+(``DecodeGraphs`` calls it with its buckets); every choice is fixed before any graph is captured.
 """
 
 from __future__ import annotations
@@ -83,10 +82,8 @@ class TorchOps:
                         eps: float, w: torch.Tensor, bias: torch.Tensor | None = None
                         ) -> tuple[torch.Tensor, torch.Tensor]:
         """(h + x, linear(rms_norm(h + x), w)); ``x`` None: no add (the first layer)."""
-        if x is None:
-            return h, cls.linear(cls.rms_norm(h, norm_w, eps), w, bias)
-        h, normed = cls.add_rms_norm(h, x, norm_w, eps)
-        return h, cls.linear(normed, w, bias)
+        h = h if x is None else h + x
+        return h, cls.linear(cls.rms_norm(h, norm_w, eps), w, bias)
 
     @staticmethod
     def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -125,7 +122,11 @@ class TorchOps:
         """The LM head in the model dtype, then float32, as ``transformers`` rounds it."""
         return F.linear(x, w).float()
 
-    decode_attention = staticmethod(paged_decode_attention_ref)
+    decode_order = staticmethod(lambda context_lens, kv_heads: None)  # batch order (no sort)
+
+    @staticmethod
+    def decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale, order=None):
+        return paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens, scale)
 
     prefill_attention = staticmethod(paged_prefill_attention_ref)
 
@@ -222,8 +223,7 @@ class PagedLlama:
         return partial
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        """(T, vocab) float32: the Triton backends write the matmul's fp32 accumulator
-        unrounded, the torch backend rounds it to the model dtype first (``ops.logits``)."""
+        """(T, vocab) float32 (Triton: the fp32 accumulator; torch: rounded first; ``ops``)."""
         return self.ops.logits(x, self.weights.lm_head)
 
     # ------------------------------------------------------------------ public forward passes
@@ -256,11 +256,12 @@ class PagedLlama:
                block_tables: torch.Tensor, context_lens: torch.Tensor) -> torch.Tensor:
         """One token per row over the paged cache -> logits (B, vocab) float32 (see module doc)."""
         cache, ops = self.cache, self.ops
+        order = ops.decode_order(context_lens, self.config.num_kv_heads)
 
         def attend(layer, q, k, v):
             q = ops.rope_write(q, k, v, positions, self.cos, self.sin, cache, layer, slot_mapping)
             return ops.decode_attention(q, cache.k[layer], cache.v[layer], block_tables,
-                                        context_lens, self.scale)
+                                        context_lens, self.scale, order)
 
         return self._logits(self._forward(input_ids, attend))
 

@@ -4,9 +4,12 @@ For each (batch, context) at a model's attention shapes (heads, KV heads, head d
 every row at the context (``lens`` "uniform") and with a serving batch's spread (``lens``
 "mixed": each row's context drawn uniformly from 1 to twice the context, seeded):
 
-- ``paged``: our Triton paged attention over a shuffled block table (K/V read in place);
+- ``paged``: our Triton paged attention over a shuffled block table (K/V read in place), its
+  programs taking the rows longest first as in the model's step (``attention_plan.row_order``);
 - ``paged_uncapped`` (mixed rows): the same kernel with splits of any length (the batch's
   split count only), so the table shows what the split cap of ``attention_plan`` buys;
+- ``paged_batch_order`` (mixed rows): the same kernel taking the rows in batch order, so the
+  table shows what starting the longest rows first buys;
 - ``sdpa_contiguous`` (uniform rows): ``torch.nn.functional.scaled_dot_product_attention``
   over a contiguous (B, Hkv, T, D) cache of the same K/V with ``enable_gqa=True``, at its
   best: every SDPA backend that accepts the shapes is timed and the fastest is kept (its
@@ -43,7 +46,7 @@ LENS_KINDS = ("uniform", "mixed")
 
 @dataclass(frozen=True, slots=True)
 class AttentionRow:
-    impl: str  # "paged", "paged_uncapped", "sdpa_contiguous" or "flashinfer"
+    impl: str  # "paged", "paged_uncapped", "paged_batch_order", "sdpa_contiguous", "flashinfer"
     batch: int
     context: int  # every row's ("uniform"), or the mean of 1..2 x context ("mixed")
     lens: str

@@ -1,7 +1,8 @@
 """The decode attention calls the ``paged_attention`` table times, each a function of one layer's
 K/V copy (``layer.k_pool``, ``layer.v_pool``, ``layer.block_tables``; ``layer.k``/``layer.v``
-the same K/V contiguous, uniform contexts only): ours, ours without the split cap, SDPA over a
-contiguous cache, and FlashInfer's paged decode where it is installed.
+the same K/V contiguous, uniform contexts only): ours (rows longest first, as the model's
+step takes them), ours without the split cap and ours with the rows in batch order (mixed
+contexts), SDPA over a contiguous cache, and FlashInfer's paged decode where it is installed.
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ def candidates(q: torch.Tensor, lens: torch.Tensor, scale: float, layers: list, 
     from decodelab.model.triton import attention_plan
     from decodelab.model.triton.attention import paged_decode_attention
 
-    def ours(launch=None):
+    order = attention_plan.row_order(lens, layers[0].k_pool.shape[1])  # as the model's step
+
+    def ours(launch=None, order=order):
         return lambda layer: paged_decode_attention(q, layer.k_pool, layer.v_pool,
-                                                    layer.block_tables, lens, scale, launch)
+                                                    layer.block_tables, lens, scale, launch,
+                                                    row_order=order)
 
     out = {"paged": {"": ours()}}
     if uniform:
@@ -37,6 +41,8 @@ def candidates(q: torch.Tensor, lens: torch.Tensor, scale: float, layers: list, 
         kv_row = q.shape[-1] * layers[0].k_pool.element_size()
         _, launch = attention_plan.plan(q.shape[0], layers[0].k_pool.shape[1], q.device, kv_row)
         out["paged_uncapped"] = {"": ours(dataclasses.replace(launch, max_chunk=UNCAPPED))}
+        if order is not None:  # else ours already takes them in batch order
+            out["paged_batch_order"] = {"": ours(order=None)}
     if importlib.util.find_spec("flashinfer") is not None:
         variants = {f"tensor_cores={tc}": _flashinfer(q, lens, scale, layers[0], tc)
                     for tc in (False, True) if tc not in _UNAVAILABLE}  # tried once

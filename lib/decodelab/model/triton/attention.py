@@ -10,7 +10,15 @@ table, so K and V are read in place from the pool (any block order, a partially 
 block, any context length). When (sequence, KV head) pairs are too few to fill the GPU, the
 context is split, and a long context is cut into splits of at most ``max_chunk`` positions
 whatever the batch (so a serving batch of mixed lengths does not wait on its longest row); a
-second kernel merges a row's splits in order (flash-decoding). Policy: :mod:`.attention_plan`.
+second kernel merges a row's splits in order (flash-decoding). Given ``row_order`` (the rows
+longest first, :func:`.attention_plan.row_order`), programs take rows in that order, a row's
+splits and KV heads launched together: the GPU starts programs about in launch order, so the
+longest rows start first and the short ones fill in behind them, instead of a long row started
+last holding up the step. Which program serves a row changes nothing it computes. Without an
+order the rows are the grid's fastest axis, as before orders existed: with a row's splits
+together, the unused ones (most of a wide table's) launch between the rows, which costs where
+the order gains nothing (figures in :func:`.attention_plan.row_order`). Policy:
+:mod:`.attention_plan`.
 Shapes are static and the context length is read from device memory, so it runs under CUDA
 graphs. Imported lazily: GPU only (or Triton's interpreter).
 
@@ -74,16 +82,23 @@ def split_chunk(ctx, SPLITS: tl.constexpr, TILE: tl.constexpr, MAX_CHUNK: tl.con
 
 
 @triton.jit
-def _attn_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, m_ptr, l_ptr, acc_ptr,
-                       scale_log2, stride_qb, stride_qh, stride_kb, stride_kh, stride_kt,
+def _attn_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, order_ptr, out_ptr, m_ptr, l_ptr,
+                       acc_ptr, scale_log2, stride_qb, stride_qh, stride_kb, stride_kh, stride_kt,
                        stride_bt, stride_ob, stride_oh,
                        G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
                        TILE: tl.constexpr, SPLITS: tl.constexpr, MAX_CHUNK: tl.constexpr,
-                       STAGES: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
+                       STAGES: tl.constexpr, PRECISION: tl.constexpr, ORDERED: tl.constexpr,
+                       PDL: tl.constexpr):
     _pdl_enter(PDL)  # q and the newest K/V come from the kernel before
-    b = tl.program_id(0)
     kvh = tl.program_id(1)
-    split = tl.program_id(2)
+    if ORDERED:  # grid (split, KV head, rank): rank by rank, each row's programs together
+        split = tl.program_id(0)
+        b = tl.load(order_ptr + tl.program_id(2))
+        n_splits = tl.num_programs(0)
+    else:  # grid (row, KV head, split): the rows fastest
+        b = tl.program_id(0)
+        split = tl.program_id(2)
+        n_splits = tl.num_programs(2)
     ctx = tl.load(lens_ptr + b)
     chunk, used = split_chunk(ctx, SPLITS, TILE, MAX_CHUNK)
     if split < used:
@@ -115,7 +130,7 @@ def _attn_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, m_ptr, l_
         else:
             # Partials: m, l (B, H, S); acc (B, H, S, D), S = the grid's splits.
             H = tl.num_programs(1) * G
-            part = (b * H + heads) * tl.num_programs(2) + split  # (GP,)
+            part = (b * H + heads) * n_splits + split  # (GP,)
             tl.store(m_ptr + part, m_i, mask=gmask)
             tl.store(l_ptr + part, l_i, mask=gmask)
             tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=gmask[:, None])
@@ -167,14 +182,19 @@ def _merge_splits_kernel(m_ptr, l_ptr, acc_ptr, lens_ptr, out_ptr, grid_splits, 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor,
                            scale: float, launch: LaunchConfig | None = None, *,
-                           pdl: bool = False) -> torch.Tensor:
+                           pdl: bool = False, row_order: torch.Tensor | None = None
+                           ) -> torch.Tensor:
     """``launch`` overrides the shape's :func:`attention_plan.plan` (for tuning sweeps);
-    ``pdl`` launches both kernels with programmatic dependent launch (see ``pdl``)."""
+    ``pdl`` launches both kernels with programmatic dependent launch (see ``pdl``);
+    ``row_order`` (B,) int32, a permutation of the rows: the order programs take them in."""
     b, h, d = q.shape
     _, hkv, bs, _ = k_cache.shape
     if d & (d - 1) or k_cache.stride(3) != 1 or q.stride(2) != 1:
         raise ValueError(f"paged_decode_attention: head_dim {d} must be a power of two with "
                          "contiguous last dims")
+    if row_order is not None and (row_order.shape != (b,) or row_order.dtype != torch.int32):
+        raise ValueError(f"paged_decode_attention: row_order must be ({b},) int32, got "
+                         f"{tuple(row_order.shape)} {row_order.dtype}")
     group = h // hkv
     splits, chosen = plan(b, hkv, q.device, d * k_cache.element_size())
     launch = launch or chosen
@@ -188,14 +208,17 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     else:
         m = lsum = acc = out  # unused by the kernel when every row has one split
     shape = dict(D=d, SPLITS=splits, TILE=launch.tile, MAX_CHUNK=max_chunk, PDL=pdl)
-    _attn_split_kernel[(b, hkv, grid)](
-        q, k_cache, v_cache, block_tables, context_lens, out, m, lsum, acc,
+    ordered = row_order is not None
+    _attn_split_kernel[(grid, hkv, b) if ordered else (b, hkv, grid)](
+        q, k_cache, v_cache, block_tables, context_lens,
+        row_order if ordered else context_lens, out, m, lsum, acc,
         scale * 1.4426950408889634, q.stride(0), q.stride(1), k_cache.stride(0),
         k_cache.stride(1), k_cache.stride(2), block_tables.stride(0), out.stride(0),
         out.stride(1), G=group, GP=max(MIN_GROUP_ROWS, triton.next_power_of_2(group)), BS=bs,
         STAGES=launch.stages, num_warps=launch.warps,
         # fp32 caches get exact products (the reference's precision), not tf32
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **shape, **launch_kw(pdl))
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", ORDERED=ordered, **shape,
+        **launch_kw(pdl))
     if grid > 1:
         _merge_splits_kernel[(b, h)](m, lsum, acc, context_lens, out, grid, out.stride(0),
                                      out.stride(1), LANES=merge_lanes(splits), num_warps=1,

@@ -13,6 +13,7 @@ import torch
 from decodelab.model.pdl_policy import for_rows
 from decodelab.model.triton import invariant
 from decodelab.model.triton.attention import paged_decode_attention
+from decodelab.model.triton.attention_plan import row_order
 from decodelab.model.triton.fused import rms_norm_rows, rope_write, silu_mul
 from decodelab.model.triton.linear import add_norm_gemv
 from decodelab.model.triton.matmul_choice import MatmulChoice, tunable
@@ -87,10 +88,12 @@ class TritonOps:
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         return silu_mul(gate_up, pdl=self._pdl(gate_up.shape[0]))
 
-    def decode_attention(self, q, k_cache, v_cache, block_tables, context_lens, scale
-                         ) -> torch.Tensor:
+    decode_order = staticmethod(row_order)  # the rows longest first, for every layer this step
+
+    def decode_attention(self, q, k_cache, v_cache, block_tables, context_lens, scale,
+                         order=None) -> torch.Tensor:
         return paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale,
-                                      pdl=self._pdl(q.shape[0]))
+                                      pdl=self._pdl(q.shape[0]), row_order=order)
 
     def prefill_attention(self, q, k_cache, v_cache, block_tables, query_starts, starts, scale
                           ) -> torch.Tensor:
@@ -128,8 +131,10 @@ class InvariantOps(TritonOps):
         return invariant.matmul(x.contiguous(), w, pdl=self._pdl(x.shape[0]),
                                 out_dtype=torch.float32)
 
-    def decode_attention(self, q, k_cache, v_cache, block_tables, context_lens, scale
-                         ) -> torch.Tensor:
+    decode_order = staticmethod(lambda context_lens, kv_heads: None)  # fixed splits, batch order
+
+    def decode_attention(self, q, k_cache, v_cache, block_tables, context_lens, scale,
+                         order=None) -> torch.Tensor:
         return invariant.decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale,
                                           pdl=self._pdl(q.shape[0]))
 
