@@ -15,10 +15,9 @@ longest first, :func:`.attention_plan.row_order`), programs take rows in that or
 splits and KV heads launched together: the GPU starts programs about in launch order, so the
 longest rows start first and the short ones fill in behind them, instead of a long row started
 last holding up the step. Which program serves a row changes nothing it computes. Without an
-order the rows are the grid's fastest axis, as before orders existed: with a row's splits
-together, the unused ones (most of a wide table's) launch between the rows, which costs where
-the order gains nothing (figures in :func:`.attention_plan.row_order`). Policy:
-:mod:`.attention_plan`.
+order the rows are the grid's fastest axis: with a row's splits together, the unused ones
+(most of a wide table's) launch between the rows, which costs where the order gains nothing
+(figures in :func:`.attention_plan.row_order`). Policy: :mod:`.attention_plan`.
 Shapes are static and the context length is read from device memory, so it runs under CUDA
 graphs. Imported lazily: GPU only (or Triton's interpreter).
 

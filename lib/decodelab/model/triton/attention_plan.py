@@ -135,7 +135,7 @@ def row_order(context_lens: torch.Tensor, kv_heads: int) -> torch.Tensor | None:
     order) where the batch is split to fill the GPU, with no queue of programs to order.
 
     Measured on an H100 at Llama-3.2-1B shapes, tables 545 blocks wide as the serving engine's,
-    sorted against main's batch order (µs per layer, graph replays, L2-cold K/V). A serving
+    sorted against batch order (µs per layer, graph replays, L2-cold K/V). A serving
     batch's contexts (each row's from 1 to 2c): 128 rows, c = 512, 56.1 against 59.0; c =
     1,024, 105.9 against 113.1; 256 rows 108.9 against 128.3 and 185.8 against 198.4; 64 rows
     even at c = 512, 7.9% faster at 1,024. Every row at 512: 256 rows 11% faster, 128 rows 8%
