@@ -118,9 +118,11 @@ class Replay:
 class EagerGraphs:
     """``DecodeGraphs``' interface on a CPU (static buffers, padding, replay by bucket)."""
 
-    def __init__(self, model, buckets=(1, 2, 4, 8), max_blocks_per_seq=16) -> None:
+    def __init__(self, model, buckets=(1, 2, 4, 8), max_blocks_per_seq=16, narrow_blocks=0
+                 ) -> None:
         n, self.buckets, self.max_blocks_per_seq = max(buckets), tuple(buckets), max_blocks_per_seq
-        self.scratch_block = model.cache.scratch_block
+        self.scratch_block, self.block_size = model.cache.scratch_block, model.cache.block_size
+        self.narrow_blocks = narrow_blocks
         self.input_ids = torch.zeros(n, dtype=torch.int64)
         self.positions = torch.zeros(n, dtype=torch.int64)
         self.slot_mapping = torch.full((n,), -1, dtype=torch.int64)
@@ -128,9 +130,18 @@ class EagerGraphs:
                                        dtype=torch.int32)
         self.context_lens = torch.ones(n, dtype=torch.int32)
         self.outputs = {b: torch.zeros(b, model.config.vocab_size) for b in buckets}
-        self.graphs = {b: Replay(lambda b=b: self.outputs[b].copy_(model.decode(
+        self.graphs = {b: self._replay(model, self.outputs[b], b, None) for b in buckets}
+        # with ``narrow_blocks``: every bucket has a graph over that many table columns too
+        self.narrow = {b: (self._replay(model, out, b, narrow_blocks), out) for b in buckets
+                       for out in [torch.zeros(b, model.config.vocab_size)] if narrow_blocks}
+
+    def _replay(self, model, out, b, blocks):
+        return Replay(lambda: out.copy_(model.decode(
             self.input_ids[:b], self.positions[:b], self.slot_mapping[:b],
-            self.block_tables[:b], self.context_lens[:b]))) for b in buckets}
+            self.block_tables[:b, :blocks], self.context_lens[:b])))
+
+    def fits_narrow(self, bucket, longest):
+        return bucket in self.narrow and longest <= self.narrow_blocks * self.block_size
 
     def bucket_for(self, n):
         return next(b for b in self.buckets if b >= n)

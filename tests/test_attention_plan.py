@@ -8,13 +8,17 @@ import torch
 from decodelab.model.triton import attention_plan
 from decodelab.model.triton.attention_plan import (
     BUSY_PROGRAMS_PER_SM,
+    MAX_CHUNK,
     MAX_SPLITS,
     MERGE_LANES,
     PROGRAMS_PER_SM,
+    UNCAPPED,
+    UNCAPPED_TABLE,
     grid_splits,
     launch_for,
     merge_lanes,
     num_splits,
+    plan,
     row_order,
 )
 
@@ -63,6 +67,21 @@ def test_the_tile_narrows_to_fit_shared_memory(row_bytes, shared, tile):
 ])
 def test_the_grid_holds_a_full_table_in_capped_splits(splits, positions, chunk, grid):
     assert grid_splits(splits, positions, chunk) == grid
+
+
+def test_a_batch_that_fills_the_gpu_takes_each_row_whole_in_a_narrow_table(monkeypatch):
+    monkeypatch.setattr(attention_plan, "sm_count", lambda device: 4)  # 2 x 4 programs fill it
+    cpu = torch.device("cpu")
+    narrow, wide = UNCAPPED_TABLE, 545 * 16  # a graph's narrow table; the serving engine's
+    splits, launch = plan(8, 1, cpu, table_positions=narrow)
+    assert splits == 1 and launch.max_chunk == UNCAPPED
+    assert grid_splits(splits, narrow, launch.max_chunk) == 1  # no empty split, no merge
+    splits, launch = plan(8, 1, cpu, table_positions=wide)  # long rows: still cut
+    assert splits == 1 and launch.max_chunk == MAX_CHUNK
+    assert row_order(torch.ones(8, dtype=torch.int32), kv_heads=1) is not None  # sorted
+    splits, launch = plan(7, 1, cpu, table_positions=narrow)  # split to fill the GPU
+    assert splits == 2 and launch.max_chunk == MAX_CHUNK
+    assert row_order(torch.ones(7, dtype=torch.int32), kv_heads=1) is None
 
 
 def test_the_merge_width_comes_from_the_batch_alone():

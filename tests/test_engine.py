@@ -332,7 +332,8 @@ def test_real_tiny_llama_faults_leave_healthy_requests_unchanged():
 def test_step_graph_bodies_read_only_static_buffers(monkeypatch):
     """The engine's graph path (stage -> forward -> sampler over static buffers, with replay
     standing in for capture) gives exactly the eager engine's tokens: every per-step value
-    reaches the bodies through the static buffers the step's single copy fills."""
+    reaches the bodies through the static buffers the step's single copy fills, with the
+    forward over the narrow table while every row fits it and over the full one after."""
     from decodelab.engine.step_graphs import StepGraphs
 
     monkeypatch.setattr(StepGraphs, "_capture", lambda self, body, warm: Replay(body))
@@ -340,7 +341,10 @@ def test_step_graph_bodies_read_only_static_buffers(monkeypatch):
     ecfg = EngineConfig(max_num_seqs=8, max_model_len=128)
     model = tiny_llama()
     want = run_all(Engine(model, replace_cfg(ecfg, use_graphs=False)), reqs)
-    eng = Engine(model, ecfg, EagerGraphs(model))
+    graphs = EagerGraphs(model, narrow_blocks=2)  # rows of up to 2 blocks: the narrow graphs
+    narrow, fits = [], graphs.fits_narrow  # each step's choice, recorded
+    graphs.fits_narrow = lambda bucket, longest: narrow.append(fits(bucket, longest)) or narrow[-1]
+    eng = Engine(model, ecfg, graphs)
     assert eng.runner.step_graphs is not None
     eng.logits_hook = lambda rows, logits: [logits[i].fill_(float("nan"))
                                             for i, s in enumerate(rows)
@@ -350,6 +354,7 @@ def test_step_graph_bodies_read_only_static_buffers(monkeypatch):
                                                             if k != "r5"}
     assert got["r5"] == want["r5"][:len(got["r5"])] and len(got["r5"]) < len(want["r5"])
     assert eng.runner.step_graphs.last is not None and eng.pool.num_free == eng.pool.num_total
+    assert True in narrow and False in narrow  # both tables' graphs served steps
 
 
 @pytest.mark.gpu
@@ -413,8 +418,8 @@ def test_step_uniforms_equal_the_hash_across_windows_and_reassignment():
 
 
 class _ForwardStub:
-    """``DecodeGraphs``' static buffers for one bucket; its "replay" leaves the output alone
-    (the test writes the logits)."""
+    """``DecodeGraphs``' static buffers for one bucket, with a narrow table's graph for rows of
+    up to 5 positions; a "replay" leaves the output alone (the test writes the logits)."""
 
     def __init__(self, rows, vocab, max_blocks, dev):
         self.input_ids = torch.zeros(rows, dtype=torch.int64, device=dev)
@@ -425,6 +430,10 @@ class _ForwardStub:
         self.max_blocks_per_seq = max_blocks
         self.outputs = {rows: torch.zeros(rows, vocab, device=dev)}
         self.graphs = {rows: Replay(lambda: None)}
+        self.narrow = {rows: (Replay(lambda: None), torch.zeros(rows, vocab, device=dev))}
+
+    def fits_narrow(self, bucket, longest):
+        return longest <= 5
 
 
 def _step_graphs_at_large_vocab(dev):
@@ -461,7 +470,9 @@ def _step_graphs_at_large_vocab(dev):
         assert torch.equal(fwd.input_ids, before)
         assert (fwd.positions == pos).all() and (fwd.context_lens == pos + 1).all()
         assert fwd.slot_mapping.tolist() == [(i + 1) * bs + pos for i in range(rows)]
-        logits = sg.forward(rows)
+        logits = sg.forward(rows, pos + 1)
+        assert sg.narrow == (pos + 1 <= 5)  # steps 0 and 1 over the narrow table, 2 not
+        assert logits is fwd.narrow[rows][1] if sg.narrow else logits is fwd.outputs[rows]
         logits.copy_((torch.randn(rows, vocab, generator=g) * 3).to(torch.bfloat16).float())
         got = sg.sample(rows, mode).clone()
         want, _ = sample(logits, inp.params, replace(mode, k_cand=0, chunk=0), pen)
@@ -478,7 +489,7 @@ def test_step_graphs_stage_and_timed_selection_on_cpu(monkeypatch, two_stage_fas
     monkeypatch.setattr(StepGraphs, "_capture", lambda self, body, warm: Replay(body))
     fast = 64 if two_stage_faster else 0
     monkeypatch.setattr(StepGraphs, "_replay_ms",
-                        lambda self, bucket, mode: 1.0 if mode.chunk == fast else 2.0)
+                        lambda self, bucket, mode, narrow: 1.0 if mode.chunk == fast else 2.0)
     sg = _step_graphs_at_large_vocab(torch.device("cpu"))
     assert [s["chunk"] for s in sg.selections.values()] == [fast]
 

@@ -43,14 +43,16 @@ def test_triton_attention_equals_reference(shape):
 @pytest.mark.parametrize("group", [1, 4, 7])
 def test_paged_attention_over_any_block_table(dtype, group):
     """Shuffled, non-contiguous blocks; contexts of 1, a partial last block, exact multiples of
-    the block size and long ones in one batch; every split count the plan picks (batch 1..64);
-    the rows taken in any order give the same bits."""
+    the block size and long ones in one batch; every split count the plan picks (batch 1..64)
+    and a batch that fills the GPU unsplit, each row whole (160); the rows taken in any order
+    give the same bits, and the model's order is torch's stable sort."""
     from decodelab.model.attention import paged_decode_attention_ref
     from decodelab.model.triton.attention import paged_decode_attention
+    from decodelab.model.triton.row_rank import longest_first
 
     gen = torch.Generator(device="cuda").manual_seed(group)
     hkv, d, bs = 2, 64, 16
-    for batch in (1, 5, 64):
+    for batch in (1, 5, 64, 160):
         lens = torch.tensor([(1, 17, 32, 1000, 4095)[i % 5] for i in range(batch)],
                             dtype=torch.int32, device="cuda")
         width = -(-int(lens.max()) // bs)
@@ -64,8 +66,9 @@ def test_paged_attention_over_any_block_table(dtype, group):
         got = paged_decode_attention(q, k, v, bt, lens, d ** -0.5)
         bound = 1e-5 if dtype == torch.float32 else compare.TRITON_RTOL
         assert compare.rel_err(got, ref) <= bound, (batch, dtype, group)
-        for order in (torch.argsort(lens, descending=True).int(),  # the model's row order,
-                      torch.randperm(batch, generator=gen, device="cuda").int()):  # or any
+        model_order = longest_first(lens)
+        assert torch.equal(model_order, torch.argsort(lens, descending=True, stable=True).int())
+        for order in (model_order, torch.randperm(batch, generator=gen, device="cuda").int()):
             assert torch.equal(paged_decode_attention(q, k, v, bt, lens, d ** -0.5,
                                                       row_order=order), got), (batch, dtype)
 
@@ -96,6 +99,44 @@ def test_graph_decode_equals_eager_decode_bf16():
     assert compare.rel_err(out, ref) < 2e-2
     assert torch.equal(model.cache.k[:, model.cache.scratch_block],
                        before[:, model.cache.scratch_block])
+
+
+def test_narrow_table_graph_equals_the_full_table_where_rows_fit():
+    """A bucket that fills the GPU unsplit also gets a graph over the narrow table, where each
+    row is taken whole: it runs where the longest row fits, and gives the full table's (and
+    eager decode's) bits for rows of one split (at most 1,024 positions); rows of up to 2,048
+    positions, one chunk there and two in the full table, agree within bf16 rounding."""
+    from decodelab.model.kv_cache import slots_at
+    from decodelab.model.triton.attention_plan import (
+        MAX_CHUNK,
+        PROGRAMS_PER_SM,
+        UNCAPPED_TABLE,
+        sm_count,
+    )
+
+    bs, width = 16, 3 * UNCAPPED_TABLE // 16
+    model, _ = build(num_blocks=40_000, max_position_embeddings=4 * UNCAPPED_TABLE)
+    rows = -(-PROGRAMS_PER_SM * sm_count(model.device) // model.config.num_kv_heads)
+    graphs = DecodeGraphs(model, buckets=(rows,), max_blocks_per_seq=width)
+    assert graphs.narrow_blocks == UNCAPPED_TABLE // bs and rows in graphs.narrow
+    assert graphs.fits_narrow(rows, UNCAPPED_TABLE) and not graphs.fits_narrow(rows, 2049)
+    gen = torch.Generator().manual_seed(5)
+    for longest in (MAX_CHUNK, UNCAPPED_TABLE):
+        lens = torch.randint(1, longest + 1, (rows,), generator=gen)
+        cache = model.cache
+        tables = [cache.pool.allocate(cache.pool.blocks_needed(int(n))) for n in lens]
+        bt = cache.block_table_tensor(tables, width)
+        pos = (lens - 1).cuda()
+        ids = torch.randint(0, model.config.vocab_size, (rows,), generator=gen).cuda()
+        args = (ids, pos, slots_at(bt, pos, bs), bt, lens.int().cuda())
+        full = graphs.run(*args).clone()  # a table wider than the narrow one: the full graph
+        narrow = graphs.run(*args, longest=int(lens.max())).clone()
+        if longest == MAX_CHUNK:
+            assert torch.equal(narrow, full) and torch.equal(model.decode(*args), full)
+        else:
+            assert compare.rel_err(narrow, full) < 2e-2
+        for t in tables:
+            cache.pool.free(t)
 
 
 def test_graph_check_runs_on_buckets_smaller_than_its_prompts():

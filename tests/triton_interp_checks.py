@@ -137,13 +137,16 @@ def model() -> None:
 
 def attention() -> None:
     """Paged decode attention over a shuffled block table, contexts of 1 to 1,500 in one batch
-    at batch 1, 5 and 40 (8, 2 and 1 splits on the interpreter's 8 SMs), with splits capped at
-    the default and at 64 positions (more splits than the merge reads at once): the reference
+    at batch 1, 5 and 40 (8, 2 and 1 splits on the interpreter's 8 SMs), with the plan's launch
+    (splits capped at the default; batch 40 fills the GPU: each row whole) and with every split
+    capped at 64 positions (more splits than the merge reads at once): the reference
     within fp32 rounding, and the same bits in a wider block table (a graph's) and with the
-    rows taken longest first or in a random order."""
+    rows taken longest first or in a random order. The model's sort of the rows
+    (``row_rank.longest_first``) equal to torch's stable one."""
     from decodelab.model.attention import paged_decode_attention_ref
     from decodelab.model.triton.attention import paged_decode_attention
     from decodelab.model.triton.attention_plan import LaunchConfig
+    from decodelab.model.triton.row_rank import longest_first
 
     gen = torch.Generator().manual_seed(2)
     hkv, group, d, bs, width = 2, 4, 16, 16, 96
@@ -171,6 +174,11 @@ def attention() -> None:
         raise AssertionError("a 64-bit row_order was taken")
     except ValueError as exc:
         assert "row_order must be (40,) int32" in str(exc), exc
+    # the model's order, one launch: the stable descending argsort, ties (many) included
+    for n in (1, 40, 300, 600):  # 600: past the kernel's rows, the argsort
+        lens = torch.randint(1, 9, (n,), generator=gen, dtype=torch.int32)
+        want = torch.argsort(lens, descending=True, stable=True).int()
+        assert torch.equal(longest_first(lens), want), n
 
 
 def float16() -> None:

@@ -84,7 +84,8 @@ class ForwardGraphs(Protocol):
     """Decode captured per batch bucket over static input buffers (``DecodeGraphs``).
 
     ``run`` pads a batch to its bucket and replays; the engine's step graphs instead write the
-    static buffers themselves and replay ``graphs[bucket]``, reading ``outputs[bucket]``."""
+    static buffers themselves and replay ``graphs[bucket]``, reading ``outputs[bucket]``, or
+    ``narrow[bucket]`` (graph, output: over the table's first columns) where ``fits_narrow``."""
 
     input_ids: torch.Tensor  # (max bucket,) int64
     positions: torch.Tensor  # (max bucket,) int64
@@ -94,8 +95,13 @@ class ForwardGraphs(Protocol):
     max_blocks_per_seq: int
     outputs: Mapping[int, torch.Tensor]  # bucket -> (bucket, vocab) float32
     graphs: Mapping[int, Replayable]  # bucket -> its captured decode
+    narrow: Mapping[int, tuple[Replayable, torch.Tensor]]  # bucket -> (graph, output)
 
     def bucket_for(self, batch: int) -> int: ...
+
+    def fits_narrow(self, bucket: int, longest: int) -> bool:
+        """Whether a batch whose longest row holds ``longest`` positions replays
+        ``narrow[bucket]``."""
 
     def run(self, input_ids: torch.Tensor, positions: torch.Tensor,
             slot_mapping: torch.Tensor, block_tables: torch.Tensor,

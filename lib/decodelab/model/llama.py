@@ -2,8 +2,7 @@
 
 Interface (stable; the runtime engine builds on exactly this):
 
-    model = PagedLlama(config, weights, cache, backend="auto")   # "torch" | "triton" | "auto"
-                                                # pdl=None: on where the GPU has it (sm_90+)
+    model = PagedLlama(config, weights, cache, backend="auto")  # "torch" | "triton" | "auto"
     model.prefill(token_ids: list[list[int]], block_tables: list[list[int]],
                   starts: list[int] | None = None)
         -> logits (n_seqs, vocab) float32 at each chunk's last position.
@@ -123,6 +122,7 @@ class TorchOps:
         return F.linear(x, w).float()
 
     decode_order = staticmethod(lambda context_lens, kv_heads: None)  # batch order (no sort)
+    whole_rows_table = staticmethod(lambda rows, kv_heads, device: 0)  # any table: the same
 
     @staticmethod
     def decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale, order=None):

@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 
 FLASHINFER_WORKSPACE_BYTES = 128 << 20  # the size FlashInfer's documentation recommends
-UNCAPPED = 1 << 30  # a split cap no context reaches: the batch's split count alone
 OPTIONAL = ("flashinfer",)  # peers whose rows are left out where they cannot run
 _UNAVAILABLE: dict[bool, str] = {}  # FlashInfer variants (tensor_cores) that failed here, why
 
@@ -39,8 +38,11 @@ def candidates(q: torch.Tensor, lens: torch.Tensor, scale: float, layers: list, 
                                   for name, backend in _sdpa_backends().items()}
     else:
         kv_row = q.shape[-1] * layers[0].k_pool.element_size()
-        _, launch = attention_plan.plan(q.shape[0], layers[0].k_pool.shape[1], q.device, kv_row)
-        out["paged_uncapped"] = {"": ours(dataclasses.replace(launch, max_chunk=UNCAPPED))}
+        _, launch = attention_plan.plan(q.shape[0], layers[0].k_pool.shape[1], q.device, kv_row,
+                                        table_positions=layers[0].block_tables.shape[1]
+                                        * layers[0].k_pool.shape[2])
+        out["paged_uncapped"] = {"": ours(dataclasses.replace(
+            launch, max_chunk=attention_plan.UNCAPPED))}
         if order is not None:  # else ours already takes them in batch order
             out["paged_batch_order"] = {"": ours(order=None)}
     if importlib.util.find_spec("flashinfer") is not None:

@@ -9,15 +9,14 @@ of the context in tiles of TILE positions: each position's block is looked up in
 table, so K and V are read in place from the pool (any block order, a partially filled last
 block, any context length). When (sequence, KV head) pairs are too few to fill the GPU, the
 context is split, and a long context is cut into splits of at most ``max_chunk`` positions
-whatever the batch (so a serving batch of mixed lengths does not wait on its longest row); a
-second kernel merges a row's splits in order (flash-decoding). Given ``row_order`` (the rows
-longest first, :func:`.attention_plan.row_order`), programs take rows in that order, a row's
-splits and KV heads launched together: the GPU starts programs about in launch order, so the
-longest rows start first and the short ones fill in behind them, instead of a long row started
-last holding up the step. Which program serves a row changes nothing it computes. Without an
-order the rows are the grid's fastest axis: with a row's splits together, the unused ones
-(most of a wide table's) launch between the rows, which costs where the order gains nothing
-(figures in :func:`.attention_plan.row_order`). Policy: :mod:`.attention_plan`.
+(so a serving batch of mixed lengths does not wait on its longest row); a second kernel merges
+a row's splits in order (flash-decoding). A batch that fills the GPU unsplit takes each row
+whole, with ``row_order`` (the rows longest first, :func:`.attention_plan.row_order`): programs
+take rows in that order, the GPU starts programs about in launch order, so the longest rows
+start first and the short ones fill in behind them instead of a long row started last holding
+up the step. Which program serves a row changes nothing it computes. With an order and splits
+(a tuning sweep's launch), a row's splits and KV heads launch together; without one the rows
+are the grid's fastest axis. Policy: :mod:`.attention_plan`.
 Shapes are static and the context length is read from device memory, so it runs under CUDA
 graphs. Imported lazily: GPU only (or Triton's interpreter).
 
@@ -195,7 +194,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         raise ValueError(f"paged_decode_attention: row_order must be ({b},) int32, got "
                          f"{tuple(row_order.shape)} {row_order.dtype}")
     group = h // hkv
-    splits, chosen = plan(b, hkv, q.device, d * k_cache.element_size())
+    splits, chosen = plan(b, hkv, q.device, d * k_cache.element_size(),
+                          table_positions=block_tables.shape[1] * bs)
     launch = launch or chosen
     max_chunk = max(launch.tile, launch.max_chunk // launch.tile * launch.tile)
     grid = grid_splits(splits, block_tables.shape[1] * bs, max_chunk)

@@ -1,15 +1,19 @@
 """How paged decode attention is launched for a shape: context splits and the tile walk.
 Torch-free of kernels (no triton import), so the policy is unit-tested on any machine.
 
-Both choices depend only on static shapes (batch, KV heads, the GPU's SM count), never on the
-block table's width or the context, so an eager step and a graph replay of the same batch
-launch alike and give identical results, and a captured graph stays valid as contexts grow.
+Both choices depend only on static shapes (batch, KV heads, the GPU's SM count, the block
+table's width), never on the context, so an eager step and a graph replay of the same batch
+and table launch alike and give identical results, and a captured graph stays valid as
+contexts grow.
 
 A row's context is cut into ``splits`` chunks, each at most ``max_chunk`` positions: in a
 serving batch the contexts differ, and without the cap a batch too large to split gives each
 (row, KV head) one program, so the step waits on its longest rows. With it the long rows are
-shared out in pieces. The partition depends on the row's context and the batch only; the grid
-holds enough splits for the widest block table, and the splits a row does not use exit at once.
+shared out in pieces. The partition depends on the row's context, the batch and, for a batch
+that fills the GPU, whether the table is narrow enough to take rows whole
+(:data:`UNCAPPED_TABLE`: a row of 1,025 to 2,048 positions is one chunk in such a table, two
+in a wider one, which rounds its sums otherwise); the grid holds enough splits for the table,
+and the splits a row does not use exit at once.
 
 The tile is narrowed where its K and V tiles would not fit the GPU's shared memory per block
 (a T4 has 64 KiB: the 128-position tile of a head_dim-128 or float32 cache needs 72 KiB):
@@ -20,6 +24,7 @@ the estimate against the compiled kernels of sm_75, sm_80, sm_89 and sm_90.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -44,8 +49,21 @@ MIN_TILE = 16
 # median decode step per graph bucket): long prompts (contexts 2k-8.5k) 3-18% faster at 8-128
 # rows; the offline workload (contexts up to 2k) 4-5% slower at 48-64 rows and within 2% at
 # 96-256, where the grid holds splits for the engine's 8.7k-position tables that no row uses
-# (each exits at once).
+# (each exits at once; the engine's narrow-table graphs, below, now take those batches).
 MAX_CHUNK = 1024
+# A batch that fills the GPU unsplit, over a block table of at most UNCAPPED_TABLE positions,
+# takes each row whole (``max_chunk`` UNCAPPED): no empty split is launched and no merge kernel
+# runs, whose launch costs more than its work where no row passes the cap. Its rows are sorted,
+# and longest first the GPU balances rows this short without cutting them. Wider tables keep
+# the cap, which the long rows there need. The serving engine replays a graph over a table this
+# narrow when its batch's longest row fits (``DecodeGraphs``). Graph step on an H100, Llama-3.2-1B
+# shapes, contexts uniform in 1..2c, narrow table against the cap in a 545-block one (µs): c =
+# 512, 48-256 rows 2.6-5.4% faster (128 rows 2,226 against 2,285); c = 1,024, 48-128 rows within
+# 1.4% either way, 256 rows 4.0% faster. Whole rows in the wide table at c = 4,096 were 3.6-6.6%
+# slower at 48-128 rows, hence the width. Served (bench serve's chunked engine, H100): the
+# offline workload's decode steps 2.91 s of device time against 3.02; long prompts unchanged.
+UNCAPPED_TABLE = 2048
+UNCAPPED = 1 << 30
 MERGE_LANES = 8  # the merge reads at least this many splits per load
 # The merge is a kernel of its own. Merging in the split kernel instead (the last split of a
 # (row, KV head) to count itself in an atomic counter merges the row; same bits) was slower on
@@ -129,10 +147,13 @@ def fitted(launch: LaunchConfig, row_bytes: int, shared: int | None) -> LaunchCo
     return replace(launch, tile=tile)
 
 
-def row_order(context_lens: torch.Tensor, kv_heads: int) -> torch.Tensor | None:
+def row_order(context_lens: torch.Tensor, kv_heads: int,
+              sort: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor | None:
     """The split kernel's ``row_order``: (B,) int32, the rows by context length, longest first
-    (ties in any order), from one sort per decode step shared by every layer; None (batch
+    (ties in batch order), from one sort per decode step shared by every layer; None (batch
     order) where the batch is split to fill the GPU, with no queue of programs to order.
+    ``sort`` makes that order (the model's: ``row_rank.longest_first``, one launch); by
+    default ``torch.argsort``, stable.
 
     Measured on an H100 at Llama-3.2-1B shapes, tables 545 blocks wide as the serving engine's,
     sorted against batch order (µs per layer, graph replays, L2-cold K/V). A serving
@@ -141,17 +162,25 @@ def row_order(context_lens: torch.Tensor, kv_heads: int) -> torch.Tensor | None:
     even at c = 512, 7.9% faster at 1,024. Every row at 512: 256 rows 11% faster, 128 rows 8%
     slower (the ordered grid's unused splits, launched between the rows). The graph step over
     such a serving batch: 0.9-3.3% faster from 128 rows, 1.9% at 64 rows and c = 1,024, 1.1%
-    slower at c = 512 (there the sort, argsort and its cast, costs about 20 µs a step and the
-    kernel saves 3 µs); at 8-32 rows, sorted, it was 0.4-1.4% slower, hence batch order there."""
+    slower at c = 512 (there the sort, argsort and its cast, cost about 20 µs a step and the
+    kernel saved 3 µs; the model now sorts with ``row_rank``, 5-8 µs); at 8-32 rows, sorted,
+    it was 0.4-1.4% slower, hence batch order there."""
     if num_splits(context_lens.shape[0], kv_heads, sm_count(context_lens.device)) > 1:
         return None
-    return torch.argsort(context_lens, descending=True).to(torch.int32)
+    if sort is not None:
+        return sort(context_lens)
+    return torch.argsort(context_lens, descending=True, stable=True).to(torch.int32)
 
 
-def plan(batch: int, kv_heads: int, device: torch.device, row_bytes: int = 0
-         ) -> tuple[int, LaunchConfig]:
-    """(splits, launch) for one decode attention call over K/V rows of ``row_bytes``."""
+def plan(batch: int, kv_heads: int, device: torch.device, row_bytes: int = 0, *,
+         table_positions: int) -> tuple[int, LaunchConfig]:
+    """(splits, launch) for one decode attention call over K/V rows of ``row_bytes`` and
+    block tables of ``table_positions``. A batch that fills the GPU unsplit over a table of at
+    most :data:`UNCAPPED_TABLE` positions takes each row whole, in one program per (row, KV
+    head), so the grid holds no empty split and no merge runs."""
     sms = sm_count(device)
     splits = num_splits(batch, kv_heads, sms)
-    return splits, launch_for(batch * kv_heads * splits, sms, row_bytes=row_bytes,
-                              shared=shared_per_block(device))
+    launch = launch_for(batch * kv_heads * splits, sms, row_bytes=row_bytes,
+                        shared=shared_per_block(device))
+    whole = splits == 1 and table_positions <= UNCAPPED_TABLE
+    return splits, replace(launch, max_chunk=UNCAPPED) if whole else launch

@@ -13,11 +13,12 @@ import torch
 from decodelab.model.pdl_policy import for_rows
 from decodelab.model.triton import invariant
 from decodelab.model.triton.attention import paged_decode_attention
-from decodelab.model.triton.attention_plan import row_order
+from decodelab.model.triton.attention_plan import UNCAPPED_TABLE, num_splits, row_order, sm_count
 from decodelab.model.triton.fused import rms_norm_rows, rope_write, silu_mul
 from decodelab.model.triton.linear import add_norm_gemv
 from decodelab.model.triton.matmul_choice import MatmulChoice, tunable
 from decodelab.model.triton.prefill_attention import paged_prefill_attention
+from decodelab.model.triton.row_rank import longest_first
 
 
 class TritonOps:
@@ -88,7 +89,16 @@ class TritonOps:
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         return silu_mul(gate_up, pdl=self._pdl(gate_up.shape[0]))
 
-    decode_order = staticmethod(row_order)  # the rows longest first, for every layer this step
+    @staticmethod
+    def decode_order(context_lens: torch.Tensor, kv_heads: int) -> torch.Tensor | None:
+        """The rows longest first, for every layer this step (one launch)."""
+        return row_order(context_lens, kv_heads, sort=longest_first)
+
+    @staticmethod
+    def whole_rows_table(rows: int, kv_heads: int, device: torch.device) -> int:
+        """Positions of the widest block table in which a decode step of ``rows`` rows takes
+        each row whole (no merge of splits); 0 where no table does."""
+        return UNCAPPED_TABLE if num_splits(rows, kv_heads, sm_count(device)) == 1 else 0
 
     def decode_attention(self, q, k_cache, v_cache, block_tables, context_lens, scale,
                          order=None) -> torch.Tensor:
@@ -132,6 +142,7 @@ class InvariantOps(TritonOps):
                                 out_dtype=torch.float32)
 
     decode_order = staticmethod(lambda context_lens, kv_heads: None)  # fixed splits, batch order
+    whole_rows_table = staticmethod(lambda rows, kv_heads, device: 0)  # fixed-size splits always
 
     def decode_attention(self, q, k_cache, v_cache, block_tables, context_lens, scale,
                          order=None) -> torch.Tensor:
