@@ -135,7 +135,8 @@ def test_unknown_kernels_count_whole_as_boundaries():
     for name in ("_gemv_pdl_kernel", "_skinny_gemm_kernel", "sm90_xmma_gemm_bf16", "matmul_kernel",
                  "nvjet_sm90_tst_128x8_64x12", "cutlass::Kernel2<gemm>"):
         assert kernel_class(name) == "matmul", name
-    for name in ("_attn_split_kernel", "_merge_splits_kernel", "cutlass::fmha_fwd"):
+    for name in ("_attn_split_kernel", "_merge_splits_kernel", "_row_order_kernel",
+                 "cutlass::fmha_fwd"):
         assert kernel_class(name) == "attention", name
     more = {**MODEL_KERNELS, "another_new_kernel": 100.0}
     base, grown = _split(_tables())[0], _split(_tables(more))[0]

@@ -29,6 +29,7 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 # fused attention kernels may carry a GEMM library's name (cutlass fmha).
 ROLES: tuple[tuple[str, str], ...] = (
     ("attention merge", r"merge_split"),
+    ("attention row order", r"row_order"),
     ("attention", r"attn|attention|fmha|flash|sdpa"),
     ("matmul (Triton gemv)", r"^_gemv|^_skinny"),
     ("matmul (cuBLAS)", r"gemm|nvjet|cutlass|xmma|matmul"),

@@ -22,7 +22,7 @@ MAX_ROWS = 512
 
 
 @triton.jit
-def _place_kernel(lens_ptr, order_ptr, n, BLOCK: tl.constexpr):
+def _row_order_kernel(lens_ptr, order_ptr, n, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = i < n
     mine = tl.load(lens_ptr + i, mask=live, other=0)
@@ -44,5 +44,5 @@ def longest_first(context_lens: torch.Tensor) -> torch.Tensor:
     if n > MAX_ROWS:
         return torch.argsort(context_lens, descending=True, stable=True).to(torch.int32)
     order = torch.empty(n, dtype=torch.int32, device=context_lens.device)
-    _place_kernel[(triton.cdiv(n, BLOCK),)](context_lens, order, n, BLOCK=BLOCK, num_warps=4)
+    _row_order_kernel[(triton.cdiv(n, BLOCK),)](context_lens, order, n, BLOCK=BLOCK, num_warps=4)
     return order
