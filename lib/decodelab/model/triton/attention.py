@@ -10,13 +10,13 @@ table, so K and V are read in place from the pool (any block order, a partially 
 block, any context length). When (sequence, KV head) pairs are too few to fill the GPU, the
 context is split, and a long context is cut into splits of at most ``max_chunk`` positions
 (so a serving batch of mixed lengths does not wait on its longest row); a second kernel merges
-a row's splits in order (flash-decoding). A batch that fills the GPU unsplit takes each row
-whole, with ``row_order`` (the rows longest first, :func:`.attention_plan.row_order`): programs
-take rows in that order, the GPU starts programs about in launch order, so the longest rows
-start first and the short ones fill in behind them instead of a long row started last holding
-up the step. Which program serves a row changes nothing it computes. With an order and splits
-(a tuning sweep's launch), a row's splits and KV heads launch together; without one the rows
-are the grid's fastest axis. Policy: :mod:`.attention_plan`.
+a row's splits in order (flash-decoding). A batch that fills the GPU unsplit comes with
+``row_order`` (the rows longest first, :func:`.attention_plan.row_order`): programs take rows
+in that order, a row's chunks and KV heads launched together, each row whole where the block
+table is narrow (``UNCAPPED_TABLE``: no merge then). The GPU starts programs about in launch
+order, so the longest rows start first and the short ones fill in behind them instead of a
+long row started last holding up the step. Which program serves a row changes nothing it
+computes. Without an order the rows are the grid's fastest axis. Policy: :mod:`.attention_plan`.
 Shapes are static and the context length is read from device memory, so it runs under CUDA
 graphs. Imported lazily: GPU only (or Triton's interpreter).
 
