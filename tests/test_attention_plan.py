@@ -20,6 +20,7 @@ from decodelab.model.triton.attention_plan import (
     num_splits,
     plan,
     row_order,
+    whole_rows_table,
 )
 
 
@@ -81,6 +82,7 @@ def test_a_batch_that_fills_the_gpu_takes_each_row_whole_in_a_narrow_table(monke
     assert row_order(torch.ones(8, dtype=torch.int32), kv_heads=1) is not None  # sorted
     splits, launch = plan(7, 1, cpu, table_positions=narrow)  # split to fill the GPU
     assert splits == 2 and launch.max_chunk == MAX_CHUNK
+    assert whole_rows_table(8, 1, cpu) == narrow and whole_rows_table(7, 1, cpu) == 0
     assert row_order(torch.ones(7, dtype=torch.int32), kv_heads=1) is None
 
 

@@ -73,6 +73,7 @@ def test_step_buffer_and_prefill_pack_the_same_parameters():
     assert slots.tolist() == [2, 1, 0, 3]  # the padding row reads the spare slot
     assert inp.positions[:3].tolist() == [6, 5, 4]  # prompt (4) + launched (3, 2, 1) - 1
     assert inp.context_lens[:3].tolist() == [7, 6, 5]
+    assert batch.longest == 7  # the rows' longest context, padding left out
     # position p writes block blocks[p // 4] at offset p % 4; padding writes nothing
     assert inp.slot_mapping.tolist() == [5 * 4 + 2, 3 * 4 + 1, 1 * 4 + 0, -1]
 

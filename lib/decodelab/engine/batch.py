@@ -116,6 +116,7 @@ class StaticBatch:
         self.slot_u = np.zeros((n, U_WINDOW), dtype=np.float32)
         self.slot_ubase = np.full(n, -2 * U_WINDOW, dtype=np.int64)  # stale: no window yet
         self._flip = 0
+        self.longest = 0  # the longest context of the rows last prepared (0: none)
         self._views_of: dict[int, StepInputs] = {}  # bucket -> the static views (fixed)
         self._modes: dict[tuple[bytes, int, int], SamplerMode] = {}  # reset at each assign
 
@@ -165,7 +166,8 @@ class StaticBatch:
     def prepare(self, rows: list[Sequence], bucket: int, *, static: bool = True
                 ) -> tuple[StepInputs, np.ndarray]:
         """Fill the next mirror for ``rows`` (padded to ``bucket``) and start its copy.
-        Returns the device views and the rows' slots (host, (bucket,))."""
+        Returns the device views and the rows' slots (host, (bucket,)); ``longest`` holds the
+        rows' longest context."""
         k = self._flip
         self._flip ^= 1
         hi, hr, hbt = (t.numpy() for t in (self.host_i[k], self.host_r[k], self.host_bt[k]))
@@ -177,6 +179,7 @@ class StaticBatch:
         # input: the last launched token, at position prompt + launched - 1 (padding: 0)
         pos = self.slot_prompt[slots] + launched - 1
         pos[n:] = 0
+        self.longest = int(pos[:n].max()) + 1 if n else 0
         bt = self.slot_bt[slots]  # (bucket, max_blocks)
         mapping = slots_at(bt, pos, bs)
         mapping[n:] = -1  # padding rows write nothing

@@ -127,7 +127,7 @@ class ModelRunner:
         clock.mark("prepare")
         if sg is not None:
             sg.stage(bucket)
-            logits = sg.forward(bucket, max(s.context_launched for s in decode))
+            logits = sg.forward(bucket, self.batch.longest)
         else:
             args = (inp.input_ids, inp.positions, inp.slot_mapping, inp.block_tables,
                     inp.context_lens32)

@@ -182,5 +182,11 @@ def plan(batch: int, kv_heads: int, device: torch.device, row_bytes: int = 0, *,
     splits = num_splits(batch, kv_heads, sms)
     launch = launch_for(batch * kv_heads * splits, sms, row_bytes=row_bytes,
                         shared=shared_per_block(device))
-    whole = splits == 1 and table_positions <= UNCAPPED_TABLE
+    whole = table_positions <= whole_rows_table(batch, kv_heads, device)
     return splits, replace(launch, max_chunk=UNCAPPED) if whole else launch
+
+
+def whole_rows_table(batch: int, kv_heads: int, device: torch.device) -> int:
+    """Positions of the widest block table in which a batch takes each row whole (no split,
+    no merge): :data:`UNCAPPED_TABLE` where the batch fills the GPU unsplit, else 0."""
+    return UNCAPPED_TABLE if num_splits(batch, kv_heads, sm_count(device)) == 1 else 0

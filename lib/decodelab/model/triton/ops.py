@@ -13,7 +13,7 @@ import torch
 from decodelab.model.pdl_policy import for_rows
 from decodelab.model.triton import invariant
 from decodelab.model.triton.attention import paged_decode_attention
-from decodelab.model.triton.attention_plan import UNCAPPED_TABLE, num_splits, row_order, sm_count
+from decodelab.model.triton.attention_plan import row_order, whole_rows_table
 from decodelab.model.triton.fused import rms_norm_rows, rope_write, silu_mul
 from decodelab.model.triton.linear import add_norm_gemv
 from decodelab.model.triton.matmul_choice import MatmulChoice, tunable
@@ -94,11 +94,7 @@ class TritonOps:
         """The rows longest first, for every layer this step (one launch)."""
         return row_order(context_lens, kv_heads, sort=longest_first)
 
-    @staticmethod
-    def whole_rows_table(rows: int, kv_heads: int, device: torch.device) -> int:
-        """Positions of the widest block table in which a decode step of ``rows`` rows takes
-        each row whole (no merge of splits); 0 where no table does."""
-        return UNCAPPED_TABLE if num_splits(rows, kv_heads, sm_count(device)) == 1 else 0
+    whole_rows_table = staticmethod(whole_rows_table)  # the narrow table (no merge), or 0
 
     def decode_attention(self, q, k_cache, v_cache, block_tables, context_lens, scale,
                          order=None) -> torch.Tensor:
