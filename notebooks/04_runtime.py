@@ -224,8 +224,10 @@ if "runtime_errors" in tables:
 # step's token budget left by the decode rows (`EngineConfig.chunked_prefill`; 4,096 tokens on
 # a GPU), `chunked_small` does the same under a small budget (512 tokens on a GPU: a step
 # prefills at most that less its decode rows, the setting vLLM and Sarathi-Serve lower for
-# inter-token latency, at the cost of time to first token and offline throughput), and on a GPU
-# `invariant` is `chunked` on the batch-invariant model (its section below; not on the long
+# inter-token latency, at the cost of time to first token and offline throughput), `paced` is
+# `chunked` paced to that many prefill tokens a step while the prompts still to prefill fit in
+# one step's budget, the whole budget under a larger backlog (`EngineConfig.steady_prefill_tokens`,
+# on by default), and on a GPU `invariant` is `chunked` on the batch-invariant model (its section below; not on the long
 # prompts, whose prefill it would read a prompt's prefix once per 16 tokens for); every sweep
 # runs at the same offered rates (fractions of the first one's offline rate). Every run is compared with **its own floor**: for each
 # of its steps, the weights and K/V it read at the measured bandwidth, or its FLOPs at the
@@ -300,7 +302,9 @@ if "serve_steps" in serve:
 # `jit_compiles` counts the Triton kernels compiled during the run (after the warm-up, each is a
 # cold shape: a compile of up to a second at one step). Under the 4,096-token budget a step
 # that admits a prompt of a few hundred tokens prefills all of it: the decode rows of that step
-# wait for it, and that sets the ITL p99; `chunked_small` bounds that step's prefill instead.
+# wait for it, and that sets the ITL p99; `chunked_small` bounds that step's prefill instead,
+# and pays for it in time to first token once a backlog forms, where `paced` takes the whole
+# budget again: compare their TTFT p99 at the highest rates.
 
 # %%
 if "serve_online" in serve:

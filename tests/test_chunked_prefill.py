@@ -305,6 +305,28 @@ def test_chunked_prefill_takes_a_bool_only(bad):
         EngineConfig(chunked_prefill=bad)
 
 
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "8"])
+def test_a_pace_below_one_token_or_no_integer_is_refused(bad):
+    with pytest.raises(ConfigError, match=r"EngineConfig\.steady_prefill_tokens=.*must be an "
+                                          r"integer >= 1"):
+        EngineConfig(steady_prefill_tokens=bad)
+
+
+@pytest.mark.parametrize("steady", [1, 3])
+def test_paced_prefill_gives_the_same_tokens_in_more_smaller_chunks(steady):
+    """A pace below the budget: prompts that fit in one step's budget are prefilled a few
+    tokens a step (while a backlog takes the whole budget); the seeded tokens are unchanged."""
+    reqs = sampled_workload(seed=5)
+    want = run_all(fake_engine(chunked_prefill=False), reqs)
+    eng = fake_engine(max_num_batched_tokens=16, steady_prefill_tokens=steady)
+    calls = spy_prefill(eng.model)
+    assert run_all(eng, reqs) == want
+    assert_budget_kept(eng, calls, 16)
+    sizes = [sum(n for _, n in call) for call in calls]
+    assert min(sizes) <= steady < max(sizes)  # paced steps and whole-budget steps both ran
+    assert eng.pool.num_free == eng.pool.num_total
+
+
 def test_the_smallest_budget_makes_progress():
     """A budget of max_num_seqs tokens: every row decodes each step, a free row gets one
     prefill token; everything finishes with the unchunked tokens."""

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from decodelab.core.validate import ConfigError
 from decodelab.engine.plan import SchedulePlan, advance, apply_plan
 from decodelab.engine.requests import Request, SamplingParams, Sequence, Status
 from decodelab.engine.scheduler import Scheduler, SchedulerConfig
@@ -44,6 +46,14 @@ def check_plan(plan: SchedulePlan, sched: Scheduler, running, waiting, free: int
     # The budget: every decode row fits; whole prompts may pass it with their first admission.
     assert plan.tokens <= cfg.max_num_batched_tokens or (
         not cfg.chunked_prefill and len(adm) == 1)
+    # Paced: while every prompt token still to prefill fits in the budget the decode rows
+    # leave, a step prefills at most steady_prefill_tokens of them.
+    decoding = sum(not s.prefilling and sched.can_decode(s) for s in running)
+    pending = (sum(s.prefill_len - s.num_computed for s in running if s.prefilling)
+               + sum(s.num_tokens for s in waiting))
+    if (cfg.steady_prefill_tokens is not None and cfg.chunked_prefill
+            and pending <= cfg.max_num_batched_tokens - decoding):
+        assert sum(c.tokens for c in plan.prefill) <= cfg.steady_prefill_tokens
     if cfg.chunked_prefill:
         assert all(c.final for c in plan.prefill if c.seq in adm[:-1]), "only the last admitted"
     # Running rows that may decode all do, unless preempted (the budget never starves them).
@@ -123,13 +133,13 @@ workloads = st.lists(st.tuples(st.integers(1, 20), st.integers(1, 25), st.intege
 @settings(max_examples=150, deadline=None)
 @given(jobs=workloads, num_blocks=st.integers(12, 60), block_size=st.sampled_from([1, 2, 4, 8]),
        max_num_seqs=st.integers(1, 8), lag=st.booleans(), chunked=st.booleans(),
-       extra_budget=st.sampled_from([0, 1, 5, 24]))
+       extra_budget=st.sampled_from([0, 1, 5, 24]), steady=st.sampled_from([None, 1, 3, 8]))
 def test_any_workload_drains_with_every_block_back(jobs, num_blocks, block_size, max_num_seqs,
-                                                   lag, chunked, extra_budget):
+                                                   lag, chunked, extra_budget, steady):
     max_len = min(48, num_blocks * block_size)
     sched = Scheduler(SchedulerConfig(block_size, max_num_seqs, max_len,
                                       max_num_batched_tokens=max_num_seqs + extra_budget,
-                                      chunked_prefill=chunked))
+                                      chunked_prefill=chunked, steady_prefill_tokens=steady))
     pool = BlockPool(num_blocks, block_size)
     seqs = [make_seq(i, min(p, max_len - 1), n) for i, (p, n, _) in enumerate(jobs)]
     simulate(seqs, sched, pool, [a for _, _, a in jobs], lag)
@@ -142,15 +152,17 @@ def test_any_workload_drains_with_every_block_back(jobs, num_blocks, block_size,
 @settings(max_examples=150, deadline=None)
 @given(jobs=workloads, num_blocks=st.integers(12, 40), block_size=st.sampled_from([1, 2, 4]),
        max_num_seqs=st.integers(1, 6), lag=st.booleans(), budget=st.integers(0, 12),
-       abort_rate=st.sampled_from([0.05, 0.2, 0.5]), seed=st.integers(0, 2**16))
+       abort_rate=st.sampled_from([0.05, 0.2, 0.5]), seed=st.integers(0, 2**16),
+       steady=st.sampled_from([None, 2]))
 def test_aborts_and_preemption_mid_chunk_free_every_block_once(jobs, num_blocks, block_size,
                                                                max_num_seqs, lag, budget,
-                                                               abort_rate, seed):
+                                                               abort_rate, seed, steady):
     """Small budgets split prompts, small pools preempt mid-chunk, random aborts hit sequences
     waiting, prefilling and decoding: the accounting invariant holds after every step."""
     max_len = min(48, num_blocks * block_size)
     sched = Scheduler(SchedulerConfig(block_size, max_num_seqs, max_len,
-                                      max_num_batched_tokens=max_num_seqs + budget))
+                                      max_num_batched_tokens=max_num_seqs + budget,
+                                      steady_prefill_tokens=steady))
     pool = BlockPool(num_blocks, block_size)
     seqs = [make_seq(i, min(p, max_len - 1), n) for i, (p, n, _) in enumerate(jobs)]
     simulate(seqs, sched, pool, [a for _, _, a in jobs], lag, abort_rate, random.Random(seed))
@@ -234,6 +246,42 @@ def test_a_long_prompt_is_split_across_steps_while_a_running_row_decodes():
     assert long.num_computed == 20 and long.launched == 1 and len(long.blocks) == 5
     plan = step(sched, pool, running, waiting)
     assert [s for s, _ in plan.decode] == [short, long] and not plan.prefill
+
+
+def test_paced_prefill_spreads_a_prompt_while_it_fits_and_takes_the_budget_under_a_backlog():
+    """Budget 16, pace 4: a 10-token prompt arriving while a row decodes is prefilled 4 tokens
+    a step; three prompts at once (30 tokens, more than the 14 the two decode rows leave) take
+    the whole budget until what is left fits, then the pace again."""
+    sched = Scheduler(SchedulerConfig(block_size=4, max_num_seqs=6, max_model_len=64,
+                                      max_num_batched_tokens=16, steady_prefill_tokens=4))
+    pool = BlockPool(64, 4)
+    short = make_seq(0, 3, 40)
+    running, waiting = [], [short]
+    step(sched, pool, running, waiting)  # 3 tokens: within the pace
+
+    def serve(*arrivals: Sequence) -> list[int]:
+        waiting.extend(arrivals)
+        sizes = []
+        while waiting or any(s.prefilling for s in running):
+            plan = step(sched, pool, running, waiting)
+            sizes.append(sum(c.tokens for c in plan.prefill))
+            for s in running:
+                s.output = [0] * s.launched  # the host keeps up (no lag)
+        return sizes
+
+    assert serve(make_seq(1, 10, 40)) == [4, 4, 2]
+    # 30 pending > 16 - 2 rows decoding: 14 tokens; 16 left > 16 - 3: 13; 3 left: paced
+    assert serve(*(make_seq(i, 10, 40) for i in (2, 3, 4))) == [14, 13, 3]
+
+
+def test_a_pace_below_one_token_is_refused_and_whole_prompts_are_not_paced():
+    with pytest.raises(ConfigError, match=r"steady_prefill_tokens=0"):
+        SchedulerConfig(block_size=4, max_num_seqs=2, max_model_len=16, steady_prefill_tokens=0)
+    sched = Scheduler(SchedulerConfig(block_size=4, max_num_seqs=2, max_model_len=64,
+                                      max_num_batched_tokens=16, chunked_prefill=False,
+                                      steady_prefill_tokens=4))
+    (chunk,) = sched.schedule([], [make_seq(0, 12, 4)], 16).prefill
+    assert chunk.tokens == 12 and chunk.final
 
 
 def test_a_recompute_prefills_prompt_and_output_in_chunks():

@@ -145,6 +145,10 @@ def test_the_small_budget_variant_gets_the_small_budget(smoke):
     small = engine_config("chunked_small", 4096, 512, max_num_seqs=256)
     assert small.max_num_batched_tokens == 512 and small.chunked_prefill
     assert engine_config("chunked", 4096, 512, max_num_seqs=256).max_num_batched_tokens == 4096
+    assert small.steady_prefill_tokens is None  # a fixed budget: vLLM's policy
+    paced = engine_config("paced", 4096, 512, max_num_seqs=256)
+    assert (paced.max_num_batched_tokens, paced.steady_prefill_tokens) == (4096, 512)
+    assert engine_config("chunked", 4096, 512, max_num_seqs=256).steady_prefill_tokens is None
     budgets = smoke["serve_online"].groupby("variant")["token_budget"].unique()
     cfg = ServeBenchConfig.for_profile("smoke")
     assert list(budgets["chunked_small"]) == [cfg.small_budget]
@@ -325,9 +329,10 @@ def test_a_short_prompts_only_variant_skips_the_long_prompts(monkeypatch, tmp_pa
     offline = load_table("serve_offline", reference=tmp_path / "none", local=tmp_path)
     runs = offline.groupby("variant", sort=False)["run"].apply(list).to_dict()
     assert runs == {"engine": ["offline", "long_prompts"], "chunked": ["offline"],
-                    "chunked_small": ["offline", "long_prompts"]}
+                    "chunked_small": ["offline", "long_prompts"],
+                    "paced": ["offline", "long_prompts"]}
     online = load_table("serve_online", reference=tmp_path / "none", local=tmp_path)
-    assert set(online["variant"]) == {"engine", "chunked", "chunked_small"}
+    assert set(online["variant"]) == {"engine", "chunked", "chunked_small", "paced"}
 
 
 def test_a_stopped_run_keeps_the_tables_of_the_variants_it_finished(monkeypatch, tmp_path):

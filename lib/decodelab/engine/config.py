@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from decodelab.core.validate import ConfigError, check_bool, check_choice, check_int
-from decodelab.engine.scheduler import DEFAULT_TOKEN_BUDGET, check_token_budget
+from decodelab.engine.scheduler import (
+    DEFAULT_STEADY_PREFILL,
+    DEFAULT_TOKEN_BUDGET,
+    check_token_budget,
+)
 
 SAMPLERS = ("auto", "fused", "torch")
 
@@ -23,6 +27,12 @@ class EngineConfig:
     - ``chunked_prefill``: split prompts into chunks that fill the budget left by the decode
       rows, across steps (vLLM's default); off = whole prompts (plus output, on recompute),
       admitted while they fit in the budget, the first of a step even past it.
+    - ``steady_prefill_tokens``: paced prefill (with ``chunked_prefill``; None = off, every
+      step may take the whole budget, vLLM's policy). While the prompt tokens still to
+      prefill fit in one step's budget, a step prefills at most this many, so a prompt
+      arriving while rows decode is spread over a few short steps and their inter-token
+      latency stays near a decode step's; a larger backlog (an offline burst, a server falling
+      behind) takes the whole budget. See ``scheduler``'s module doc.
     - ``use_graphs``: decode through the CUDA graph of the batch's bucket (needs ``graphs``).
     - ``async_output``: process a step's tokens one step later, after the next step has been
       launched (deferred synchronisation); off = wait for each step's tokens at once.
@@ -41,6 +51,7 @@ class EngineConfig:
     max_model_len: int | None = None
     max_num_batched_tokens: int = DEFAULT_TOKEN_BUDGET
     chunked_prefill: bool = True
+    steady_prefill_tokens: int | None = DEFAULT_STEADY_PREFILL
     eos_token_id: int | None = None
     seed: int = 0
     max_partial_k: int = 1024  # largest top-k served by partial selection instead of a sort
@@ -67,6 +78,8 @@ class EngineConfig:
         for switch in ("chunked_prefill", "use_graphs", "async_output", "static_inputs",
                        "sync_phases", "batch_invariant"):
             check_bool(own, switch, getattr(self, switch))
+        if self.steady_prefill_tokens is not None:
+            check_int(own, "steady_prefill_tokens", self.steady_prefill_tokens, 1)
 
     def context_limit(self, vocab_size: int, pool_tokens: int, max_positions: int) -> int:
         """The longest context the engine serves, checked against the model and its KV pool

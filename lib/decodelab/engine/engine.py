@@ -90,7 +90,7 @@ class Engine:
                                        model.config.max_position_embeddings)
         self.scheduler = Scheduler(SchedulerConfig(
             cache.block_size, config.max_num_seqs, max_len, config.max_num_batched_tokens,
-            config.chunked_prefill))
+            config.chunked_prefill, config.steady_prefill_tokens))
         self.limits = Limits(self.vocab, max_len, config.eos_token_id)
         rows = config.max_num_seqs
         self.output = TokenOutput(rows, self.device)

@@ -3,7 +3,8 @@
 A variant is one line of :data:`VARIANTS`: a name and the ``EngineConfig`` fields it sets on
 top of the bench's base engine (:func:`engine_config`: ``max_num_seqs``, ``max_model_len``,
 graphs where there are any, the token budget of a step, ``small_budget`` for the variants of
-:data:`SMALL_BUDGET`, whole-prompt prefill as the runtime bench runs it). A variant whose
+:data:`SMALL_BUDGET` and as the pace of :data:`PACED`, whole-prompt prefill as the runtime
+bench runs it). A variant whose
 fields this ``EngineConfig`` does not have is left out of the profiles
 (:func:`available_variants`) and refused when asked for.
 """
@@ -25,10 +26,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # rows, so a mixed step stays near a decode step (inter-token latency against time to
     # first token: the budget vLLM and Sarathi-Serve lower for latency)
     "chunked_small": {"chunked_prefill": True},
+    # chunked under the full budget, paced to small_budget prefill tokens a step while the
+    # prompts waiting fit in one step (EngineConfig.steady_prefill_tokens): chunked_small's
+    # short mixed steps while the server keeps up, the whole budget under a backlog
+    "paced": {"chunked_prefill": True},
     # chunked, on a batch-invariant model (PagedLlama(..., batch_invariant=True)): its cost
     "invariant": {"chunked_prefill": True, "batch_invariant": True},
 }
 SMALL_BUDGET = ("chunked_small",)  # variants served under ServeBenchConfig.small_budget
+PACED = ("paced",)  # variants whose steady_prefill_tokens is ServeBenchConfig.small_budget
 GPU_ONLY_VARIANTS = ("invariant",)  # the switch needs Triton on CUDA
 # Variants that serve the offline workload and the online sweep but not the long prompts: the
 # invariant prefill attends through the decode kernel's rows, whose K/V reads grow with the
@@ -48,7 +54,9 @@ def _engine_fields() -> set[str]:
 def available_variants() -> tuple[str, ...]:
     """The variants whose fields ``EngineConfig`` has, in :data:`VARIANTS`' order."""
     have = _engine_fields()
-    return tuple(name for name, sets in VARIANTS.items() if set(sets) <= have)
+    paced = {"steady_prefill_tokens"}
+    return tuple(name for name, sets in VARIANTS.items()
+                 if set(sets) | (paced if name in PACED else set()) <= have)
 
 
 def cpu_variants() -> tuple[str, ...]:
@@ -58,16 +66,19 @@ def cpu_variants() -> tuple[str, ...]:
 
 def engine_config(variant: str, token_budget: int, small_budget: int, **sizes: Any):
     """The ``EngineConfig`` of ``variant``: ``sizes``, the base engine's budget (``small_budget``
-    for a variant of :data:`SMALL_BUDGET`) and whole-prompt prefill where ``EngineConfig`` has
-    those fields (before it did, its only way), then the variant's own fields."""
+    for a variant of :data:`SMALL_BUDGET`), whole-prompt prefill and no pacing where
+    ``EngineConfig`` has those fields (before it did, its only way), then the variant's own
+    fields (pacing to ``small_budget`` for a variant of :data:`PACED`)."""
     from decodelab.engine.config import EngineConfig
 
     check_choice("engine_config", "variant", variant, available_variants())
     have = _engine_fields()
     base = {"max_num_batched_tokens": small_budget if variant in SMALL_BUDGET else token_budget,
-            "chunked_prefill": False}
-    return EngineConfig(**sizes, **{**{k: v for k, v in base.items() if k in have},
-                                    **VARIANTS[variant]})
+            "chunked_prefill": False, "steady_prefill_tokens": None}
+    own = {**VARIANTS[variant]}
+    if variant in PACED:
+        own["steady_prefill_tokens"] = small_budget
+    return EngineConfig(**sizes, **{**{k: v for k, v in base.items() if k in have}, **own})
 
 
 @dataclass(frozen=True, slots=True)
