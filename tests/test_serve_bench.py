@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import re
 
 import pandas as pd
 import pytest
@@ -461,6 +462,14 @@ def test_serving_figures_and_summary_render(smoke):
     timed = {**smoke, "serve_steps": steps.assign(device_ms=steps["wall_ms"] / 2)}
     assert "Offline, median device time / host issuing" in serve_summary(timed)  # on a GPU
     assert "No Triton kernel compiled during its" in text  # the watch ran: Triton is installed
+    assert "their kind's median wall time per floor unit in their run: " in text
+    stalled = steps.copy()
+    first_decode = stalled.index[stalled["kind"] == "decode"][0]
+    stalled.loc[first_decode, "wall_ms"] = 1e3 * stalled["wall_ms"].max()  # a 1,000x stall
+    slow = [int(n) for n in re.findall(r"in their run: (\d+) of ", text)]
+    slow_stalled = [int(n) for n in re.findall(r"in their run: (\d+) of ", serve_summary(
+        {**smoke, "serve_steps": stalled}))]
+    assert sum(slow_stalled) == sum(slow) + 1
     compiled = {**smoke, "serve_offline": smoke["serve_offline"].assign(jit_compiles=2)}
     assert "kernel specialisations during its measured runs: cold shapes" in serve_summary(
         compiled)

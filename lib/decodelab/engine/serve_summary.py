@@ -1,7 +1,7 @@
 """The serving tables in words, for notebook 04_runtime: per origin and variant, the offline
 runs against their floors, the online sweep's saturation and tail, the offline steps' host
-share, how the run's prefill ran and its Triton compiles. Reads tables only (``bench serve``
-writes them)."""
+share, the steps slow for their work, how the run's prefill ran and its Triton compiles.
+Reads tables only (``bench serve`` writes them)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ def serve_summary(tables: dict[str, pd.DataFrame]) -> str:
                      f", `{variant}` ({sel['max_num_seqs'].iloc[0]} rows): {runs}."
                      + _knee(on, origin, variant) + _tail(on, origin, variant)
                      + _issue(tables.get("serve_steps"), origin, variant)
+                     + _slow(tables.get("serve_steps"), origin, variant)
                      + _prefill(sel) + _cold(sel, on, origin, variant))
     return "\n".join(lines)
 
@@ -73,6 +74,24 @@ def _issue(steps: pd.DataFrame | None, origin: str, variant: str) -> str:
     return f" Offline, median {own[:-3]} time / host issuing per step: " + ", ".join(
         f"{kind} {g[own].median():.2f} / {g['issue_ms'].median():.2f} ms"
         for kind, g in kinds) + "."
+
+
+def _slow(steps: pd.DataFrame | None, origin: str, variant: str, factor: float = 3.0) -> str:
+    """Steps over ``factor`` times their kind's median in each run, each step's own time taken
+    over its own floor: a mixed step of 4,000 prompt tokens is not slow for its work, a cold
+    shape or a stall is (``steps_over_3x`` counts by time alone). Empty without floors."""
+    if steps is None or "floor_ms" not in steps:
+        return ""
+    sel = steps[(steps["origin"] == origin) & (steps["variant"] == variant)
+                & steps["kind"].isin(("decode", "mixed", "prefill")) & (steps["floor_ms"] > 0)]
+    if sel.empty:
+        return ""
+    own = "device_ms" if "device_ms" in sel and sel["device_ms"].notna().any() else "wall_ms"
+    per_floor = sel[own] / sel["floor_ms"]
+    median = per_floor.groupby([sel["run"], sel["kind"]]).transform("median")
+    slow = int((per_floor > factor * median).sum())
+    return (f" Steps over {factor:g}x their kind's median {own[:-3]} time per floor unit in "
+            f"their run: {slow} of {len(sel):,}.")
 
 
 def _cold(runs: pd.DataFrame, on: pd.DataFrame | None, origin: str, variant: str) -> str:
