@@ -22,8 +22,9 @@ The engine: ``max_num_seqs`` rows (256 on the GPU, decode graphs captured up to 
 graphs per token bucket up to ``token_budget``, ``model.prefill_graphs``), a KV cache
 sized from the free device memory after the weights less ``kv_margin_gib`` (on a CPU: what the
 rows need at the longest context), ``token_budget`` tokens per step. One engine per variant
-(:data:`.serve_config.VARIANTS`: whole prompts, ``engine``; chunked prefill, ``chunked``, and
-under a small token budget, ``chunked_small``; chunked on the batch-invariant model,
+(:data:`.serve_config.VARIANTS`: whole prompts, ``engine``; chunked prefill, ``chunked``,
+under a small token budget, ``chunked_small``, and paced while the server keeps up, ``paced``;
+chunked on the batch-invariant model,
 ``invariant``, GPU only, sharing the weights and the KV pool of the first) serves a warm-up
 run (every graph bucket's first use), then every measured run (``invariant`` not the long
 prompts: :data:`.serve_config.SHORT_PROMPTS_ONLY` says why).

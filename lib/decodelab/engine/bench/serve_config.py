@@ -4,9 +4,8 @@ A variant is one line of :data:`VARIANTS`: a name and the ``EngineConfig`` field
 top of the bench's base engine (:func:`engine_config`: ``max_num_seqs``, ``max_model_len``,
 graphs where there are any, the token budget of a step, ``small_budget`` for the variants of
 :data:`SMALL_BUDGET` and as the pace of :data:`PACED`, whole-prompt prefill as the runtime
-bench runs it). A variant whose
-fields this ``EngineConfig`` does not have is left out of the profiles
-(:func:`available_variants`) and refused when asked for.
+bench runs it). A variant whose fields this ``EngineConfig`` does not have is left out of the
+profiles (:func:`available_variants`) and refused when asked for.
 """
 
 from __future__ import annotations
