@@ -46,12 +46,12 @@ def check_plan(plan: SchedulePlan, sched: Scheduler, running, waiting, free: int
     # The budget: every decode row fits; whole prompts may pass it with their first admission.
     assert plan.tokens <= cfg.max_num_batched_tokens or (
         not cfg.chunked_prefill and len(adm) == 1)
-    # Paced: while every prompt token still to prefill fits in the budget the decode rows
+    # Paced: while rows decode and every prompt token still to prefill fits in the budget they
     # leave, a step prefills at most steady_prefill_tokens of them.
     decoding = sum(not s.prefilling and sched.can_decode(s) for s in running)
     pending = (sum(s.prefill_len - s.num_computed for s in running if s.prefilling)
                + sum(s.num_tokens for s in waiting))
-    if (cfg.steady_prefill_tokens is not None and cfg.chunked_prefill
+    if (cfg.steady_prefill_tokens is not None and cfg.chunked_prefill and decoding
             and pending <= cfg.max_num_batched_tokens - decoding):
         assert sum(c.tokens for c in plan.prefill) <= cfg.steady_prefill_tokens
     if cfg.chunked_prefill:
@@ -249,15 +249,18 @@ def test_a_long_prompt_is_split_across_steps_while_a_running_row_decodes():
 
 
 def test_paced_prefill_spreads_a_prompt_while_it_fits_and_takes_the_budget_under_a_backlog():
-    """Budget 16, pace 4: a 10-token prompt arriving while a row decodes is prefilled 4 tokens
-    a step; three prompts at once (30 tokens, more than the 14 the two decode rows leave) take
-    the whole budget until what is left fits, then the pace again."""
+    """Budget 16, pace 4: on an idle server a 10-token prompt is prefilled at once; one
+    arriving while a row decodes, 4 tokens a step; three prompts at once (30 tokens, more
+    than the 14 the two decode rows leave) take the whole budget until what is left fits, then
+    the pace again."""
     sched = Scheduler(SchedulerConfig(block_size=4, max_num_seqs=6, max_model_len=64,
                                       max_num_batched_tokens=16, steady_prefill_tokens=4))
     pool = BlockPool(64, 4)
+    (chunk,) = sched.schedule([], [make_seq(9, 10, 4)], pool.num_free).prefill
+    assert chunk.tokens == 10  # no decode row to hold back: the whole budget
     short = make_seq(0, 3, 40)
     running, waiting = [], [short]
-    step(sched, pool, running, waiting)  # 3 tokens: within the pace
+    step(sched, pool, running, waiting)
 
     def serve(*arrivals: Sequence) -> list[int]:
         waiting.extend(arrivals)

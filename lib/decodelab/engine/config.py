@@ -28,11 +28,12 @@ class EngineConfig:
       rows, across steps (vLLM's default); off = whole prompts (plus output, on recompute),
       admitted while they fit in the budget, the first of a step even past it.
     - ``steady_prefill_tokens``: paced prefill (with ``chunked_prefill``; None = off, every
-      step may take the whole budget, vLLM's policy). While the prompt tokens still to
-      prefill fit in one step's budget, a step prefills at most this many, so a prompt
-      arriving while rows decode is spread over a few short steps and their inter-token
+      step may take the whole budget, vLLM's policy). While rows decode and the prompt tokens
+      still to prefill fit in one step's budget, a step prefills at most this many, so a
+      prompt arriving while rows decode is spread over a few short steps and their inter-token
       latency stays near a decode step's; a larger backlog (an offline burst, a server falling
-      behind) takes the whole budget. See ``scheduler``'s module doc.
+      behind) or a step without decode rows takes the whole budget. See ``scheduler``'s
+      module doc.
     - ``use_graphs``: decode through the CUDA graph of the batch's bucket (needs ``graphs``).
     - ``async_output``: process a step's tokens one step later, after the next step has been
       launched (deferred synchronisation); off = wait for each step's tokens at once.

@@ -20,15 +20,16 @@ prefill chunks (vLLM's default policy). In FCFS order:
   Without ``chunked_prefill`` a chunk is a whole prompt (plus output), admitted while it
   fits in the budget left, and always for the first admission of a step.
 
-Paced prefill (``steady_prefill_tokens``, with ``chunked_prefill`` only): while the prompt
-tokens still to prefill (of the sequences being prefilled and the waiting ones) fit in the
-budget the decode rows leave, a step prefills at most that many of them. A prompt that arrives while rows decode
-is then spread over a few steps, each near a decode step, instead of holding one step (and
-every decoding row's next token) for its whole prefill. A larger backlog takes the whole
-budget, as without pacing: an offline burst or a server falling behind is served for
-throughput. A fixed small budget bounds the same step but also slows admission under a
-backlog (lower throughput, a longer time to first token); pacing bounds it only while the
-server keeps up.
+Paced prefill (``steady_prefill_tokens``, with ``chunked_prefill`` only): while rows decode
+and the prompt tokens still to prefill (of the sequences being prefilled and the waiting
+ones) fit in the budget those rows leave, a step prefills at most that many of them. A prompt
+that arrives while rows decode is then spread over a few steps, each near a decode step,
+instead of holding one step (and every decoding row's next token) for its whole prefill. A
+larger backlog takes the whole budget, as without pacing: an offline burst or a server falling
+behind is served for throughput. So does a step without decode rows: its prefill holds no row
+back (an idle server's prompt is not delayed). A fixed small budget bounds the same step but
+also slows admission under a backlog (lower throughput, a longer time to first token); pacing
+bounds it only while the server keeps up.
 
 A sequence being prefilled holds its row (slot) and the blocks of the tokens computed so far
 plus this step's chunk; it samples its first token from its last chunk. The scheduler
@@ -162,10 +163,12 @@ class Scheduler:
     def prefill_budget(self, running: Seq[Sequence], waiting: Seq[Sequence], decoding: int
                        ) -> int:
         """Prefill tokens this step may compute: the budget the ``decoding`` rows leave, paced
-        to ``steady_prefill_tokens`` while every prompt token still to prefill fits in it."""
+        to ``steady_prefill_tokens`` while there are such rows and every prompt token still to
+        prefill fits in it."""
         budget = self.config.max_num_batched_tokens - decoding
         steady = self.config.steady_prefill_tokens
-        if steady is None or steady >= budget or not self.config.chunked_prefill:
+        if (steady is None or steady >= budget or decoding == 0
+                or not self.config.chunked_prefill):
             return budget
         pending = (sum(s.prefill_len - s.num_computed for s in running if s.prefilling)
                    + sum(s.num_tokens for s in waiting))

@@ -25,9 +25,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # rows, so a mixed step stays near a decode step (inter-token latency against time to
     # first token: the budget vLLM and Sarathi-Serve lower for latency)
     "chunked_small": {"chunked_prefill": True},
-    # chunked under the full budget, paced to small_budget prefill tokens a step while the
-    # prompts waiting fit in one step (EngineConfig.steady_prefill_tokens): chunked_small's
-    # short mixed steps while the server keeps up, the whole budget under a backlog
+    # chunked under the full budget, paced to small_budget prefill tokens a step while rows
+    # decode and the prompts waiting fit in one step (EngineConfig.steady_prefill_tokens):
+    # chunked_small's short mixed steps while the server keeps up, the whole budget under a
+    # backlog
     "paced": {"chunked_prefill": True},
     # chunked, on a batch-invariant model (PagedLlama(..., batch_invariant=True)): its cost
     "invariant": {"chunked_prefill": True, "batch_invariant": True},
