@@ -225,9 +225,10 @@ if "runtime_errors" in tables:
 # a GPU), `chunked_small` does the same under a small budget (512 tokens on a GPU: a step
 # prefills at most that less its decode rows, the setting vLLM and Sarathi-Serve lower for
 # inter-token latency, at the cost of time to first token and offline throughput), `paced` is
-# `chunked` paced to that many prefill tokens a step while the prompts still to prefill fit in
-# one step's budget, the whole budget under a larger backlog (`EngineConfig.steady_prefill_tokens`,
-# on by default), and on a GPU `invariant` is `chunked` on the batch-invariant model (its section below; not on the long
+# `chunked` paced to that many prefill tokens a step while rows decode and the prompts still to
+# prefill fit in one step's budget, the whole budget under a larger backlog
+# (`EngineConfig.steady_prefill_tokens`, on by default), and on a GPU `invariant` is `chunked`
+# on the batch-invariant model (its section below; not on the long
 # prompts, whose prefill it would read a prompt's prefix once per 16 tokens for); every sweep
 # runs at the same offered rates (fractions of the first one's offline rate). Every run is compared with **its own floor**: for each
 # of its steps, the weights and K/V it read at the measured bandwidth, or its FLOPs at the
