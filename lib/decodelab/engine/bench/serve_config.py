@@ -2,10 +2,10 @@
 
 A variant is one line of :data:`VARIANTS`: a name and the ``EngineConfig`` fields it sets on
 top of the bench's base engine (:func:`engine_config`: ``max_num_seqs``, ``max_model_len``,
-graphs where there are any, the token budget of a step, ``small_budget`` for the variants of
-:data:`SMALL_BUDGET` and as the pace of :data:`PACED`, whole-prompt prefill as the runtime
-bench runs it). A variant whose fields this ``EngineConfig`` does not have is left out of the
-profiles (:func:`available_variants`) and refused when asked for.
+graphs where there are any, the token budget of a step, whole-prompt prefill as the runtime
+bench runs it, no pacing); a field set to :data:`SMALL` takes ``ServeBenchConfig.small_budget``.
+A variant whose fields this ``EngineConfig`` does not have is left out of the profiles
+(:func:`available_variants`) and refused when asked for.
 """
 
 from __future__ import annotations
@@ -18,23 +18,22 @@ from decodelab.core.validate import ConfigError, check_choice, check_float, chec
 from decodelab.engine.bench.serve_workload import OfflineWorkload, OnlineSweep
 from decodelab.model.config import named_config
 
+SMALL = "small_budget"  # a variant's field set to ServeBenchConfig.small_budget
 VARIANTS: dict[str, dict[str, Any]] = {
     "engine": {},  # whole prompts (plus output, on recompute) under the token budget
     "chunked": {"chunked_prefill": True},  # prompts split to fill the budget the decode leaves
     # chunked under ServeBenchConfig.small_budget: a step prefills at most that less its decode
     # rows, so a mixed step stays near a decode step (inter-token latency against time to
     # first token: the budget vLLM and Sarathi-Serve lower for latency)
-    "chunked_small": {"chunked_prefill": True},
+    "chunked_small": {"chunked_prefill": True, "max_num_batched_tokens": SMALL},
     # chunked under the full budget, paced to small_budget prefill tokens a step while rows
     # decode and the prompts waiting fit in one step (EngineConfig.steady_prefill_tokens):
     # chunked_small's short mixed steps while the server keeps up, the whole budget under a
     # backlog
-    "paced": {"chunked_prefill": True},
+    "paced": {"chunked_prefill": True, "steady_prefill_tokens": SMALL},
     # chunked, on a batch-invariant model (PagedLlama(..., batch_invariant=True)): its cost
     "invariant": {"chunked_prefill": True, "batch_invariant": True},
 }
-SMALL_BUDGET = ("chunked_small",)  # variants served under ServeBenchConfig.small_budget
-PACED = ("paced",)  # variants whose steady_prefill_tokens is ServeBenchConfig.small_budget
 GPU_ONLY_VARIANTS = ("invariant",)  # the switch needs Triton on CUDA
 # Variants that serve the offline workload and the online sweep but not the long prompts: the
 # invariant prefill attends through the decode kernel's rows, whose K/V reads grow with the
@@ -54,9 +53,7 @@ def _engine_fields() -> set[str]:
 def available_variants() -> tuple[str, ...]:
     """The variants whose fields ``EngineConfig`` has, in :data:`VARIANTS`' order."""
     have = _engine_fields()
-    paced = {"steady_prefill_tokens"}
-    return tuple(name for name, sets in VARIANTS.items()
-                 if set(sets) | (paced if name in PACED else set()) <= have)
+    return tuple(name for name, sets in VARIANTS.items() if set(sets) <= have)
 
 
 def cpu_variants() -> tuple[str, ...]:
@@ -65,19 +62,16 @@ def cpu_variants() -> tuple[str, ...]:
 
 
 def engine_config(variant: str, token_budget: int, small_budget: int, **sizes: Any):
-    """The ``EngineConfig`` of ``variant``: ``sizes``, the base engine's budget (``small_budget``
-    for a variant of :data:`SMALL_BUDGET`), whole-prompt prefill and no pacing where
-    ``EngineConfig`` has those fields (before it did, its only way), then the variant's own
-    fields (pacing to ``small_budget`` for a variant of :data:`PACED`)."""
+    """The ``EngineConfig`` of ``variant``: ``sizes``, the base engine's budget, whole-prompt
+    prefill and no pacing where ``EngineConfig`` has those fields (before it did, its only
+    way), then the variant's own fields (:data:`SMALL`: ``small_budget``)."""
     from decodelab.engine.config import EngineConfig
 
     check_choice("engine_config", "variant", variant, available_variants())
     have = _engine_fields()
-    base = {"max_num_batched_tokens": small_budget if variant in SMALL_BUDGET else token_budget,
-            "chunked_prefill": False, "steady_prefill_tokens": None}
-    own = {**VARIANTS[variant]}
-    if variant in PACED:
-        own["steady_prefill_tokens"] = small_budget
+    base = {"max_num_batched_tokens": token_budget, "chunked_prefill": False,
+            "steady_prefill_tokens": None}
+    own = {k: small_budget if v == SMALL else v for k, v in VARIANTS[variant].items()}
     return EngineConfig(**sizes, **{**{k: v for k, v in base.items() if k in have}, **own})
 
 
@@ -94,7 +88,7 @@ class ServeBenchConfig:
     graph_batches: tuple[int, ...] = ()  # buckets captured beyond graph_buckets' defaults
     kv_margin_gib: float = 8.0  # GPU: memory left free beside the weights and the KV cache
     token_budget: int = 4096  # tokens one step computes (EngineConfig.max_num_batched_tokens)
-    small_budget: int = 512  # the same for the variants of SMALL_BUDGET
+    small_budget: int = 512  # what a variant's SMALL fields take: a budget, a pace
     block_size: int = 16
     variants: tuple[str, ...] = ("engine",)
 
