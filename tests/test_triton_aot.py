@@ -168,7 +168,7 @@ def test_the_other_dtypes_compile(target, triton_cache):
 
 def test_the_fused_sampler_launches_only_the_kernels_its_rows_need():
     """Plain-temperature rows: the max/mass pass and the draw (two kernels); min-p alone adds
-    its kept-mass pass; a top-k or a top-p the threshold search (seven in all)."""
+    its kept-mass pass; a top-k or a top-p the threshold search (eight kernels, nine launches)."""
     from decodelab.engine.row_sampling import ROW_WORDS
     from decodelab.engine.sampler import RowParams, SamplerMode, fused, sample
 
@@ -182,5 +182,6 @@ def test_the_fused_sampler_launches_only_the_kernels_its_rows_need():
         kernels[name] = {launch.kernel for launch in found}
     assert kernels["plain"] == {"stats_kernel", "pick_kernel"}
     assert kernels["min_p"] == kernels["plain"] | {"histogram_kernel"}
-    assert kernels["filtered"] == kernels["min_p"] | {"refine_kernel", "gather_kernel",
-                                                      "solve_kernel", "kept_kernel"}
+    assert kernels["filtered"] == kernels["min_p"] | {"plan_kernel", "refine_kernel",
+                                                      "gather_kernel", "solve_kernel",
+                                                      "kept_kernel"}

@@ -15,22 +15,27 @@ program per row. Every row kind reads its logits a few times, in parallel over i
    e = exp((z - z_max) / T)). Rows with a top-k or a top-p: the count of the chunk's tokens in
    each of NB coarse gap bins of h = (z_max - z) / T (its float bits: exponent and 3 mantissa
    bits, so a bin's tokens are a range of z, their e within a factor exp(h / 8)). Integer
-   counts: no order to depend on. (Triton's histogram costs per token about NB / 32 times
-   log2 NB; 128 bins are cheap, 2048 would not be.)
-3. ``refine_kernel`` (row x chunk): the coarse plan, the bins that must hold the threshold.
-   Top-k: bin bk, the first whose running count reaches k (exact). Top-p: bins lo .. hi
-   where the running mass must cross P = top_p * (top-k mass), from bounds on each bin's
-   mass (its count times its least and its largest e; the exact total less what the later
-   bins can hold at most). Where those bins hold more candidates than the small sort, the
-   chunk's histogram of a refined window (coarse bins lo .. bk split into NB bins of up to
-   7 more mantissa bits) and its exact mass before the window: the same bounds there pin
-   the crossing to a bin or three. On flat rows whose 0.9 nucleus holds tens of thousands of
-   tokens that leaves hundreds of candidates.
-4. ``gather_kernel`` (row x chunk): the final plan (from the window where refined), then the
-   candidates (tokens of bins lo .. hi and bk) into the row's buffer in token order, at
-   offsets the histograms give (no atomics), and the exact mass of the tokens before bin lo
-   and between bins hi and bk.
-5. ``solve_kernel`` (row): sorting the candidates in registers (a sort of SMALL_BUF,
+   counts: no order to depend on. (Triton's histogram is the dearest part of a pass: on an
+   H100 at batch 128 a pass counting 128 bins took 51.5 us against 11.3 us for one summing
+   exp over the same logits, and 32 bins still 38.4 us; 2048 bins would cost far more.)
+3. ``plan_kernel`` (row), coarse: the bins that must hold the threshold, made once per row
+   (the programs of the next passes load it instead of each making it from the row's
+   histograms). Top-k: bin bk, the first whose running count reaches k (exact). Top-p:
+   bins lo .. hi where the running mass must cross P = top_p * (top-k mass), from bounds on
+   each bin's mass (its count times its least and its largest e; the exact total less what
+   the later bins can hold at most). Where those bins hold more candidates than the small
+   sort, a refined window: coarse bins lo .. bk split into NB bins of up to 7 more mantissa
+   bits.
+4. ``refine_kernel`` (row x chunk), rows with a window: the chunk's histogram of the window
+   and its exact mass before the window.
+5. ``plan_kernel`` (row), fine: from the window's histograms, the same bounds pin the
+   crossing to a bin or three (on flat rows whose 0.9 nucleus holds tens of thousands of
+   tokens that leaves hundreds of candidates); then each chunk's offset in the row's
+   candidate buffer, from the histograms.
+6. ``gather_kernel`` (row x chunk): the candidates (tokens of bins lo .. hi and bk) into the
+   row's buffer in token order from the chunk's offset (no atomics), and the exact mass of
+   the tokens before bin lo and between bins hi and bk.
+7. ``solve_kernel`` (row): sorting the candidates in registers (a sort of SMALL_BUF,
    2 SMALL_BUF or BUF values, the least that holds them) gives tau_k (the k-th value, every
    tie kept) and tau_p (the smallest value whose mass strictly above it, counted from the
    exact mass before the candidates, is below P: a tie group whole), when they fit and the
@@ -38,8 +43,8 @@ program per row. Every row kind reads its logits a few times, in parallel over i
    top-k deep in -inf tokens), exact passes over the row (bisection on the order-preserving
    integer key of z). Where the candidates decide it, each chunk's kept mass follows from
    them and the exact mass before them (min-p permitting).
-6. ``kept_kernel`` (row x chunk), the other rows with a threshold: the chunk's kept mass.
-7. ``pick_kernel`` (row x chunk): the draw by the inverse CDF in token-id order. Every
+8. ``kept_kernel`` (row x chunk), the other rows with a threshold: the chunk's kept mass.
+9. ``pick_kernel`` (row x chunk): the draw by the inverse CDF in token-id order. Every
    program of a row finds, from the chunks' kept masses (plain rows: their masses of step 1
    rescaled by exp((m_c - z_max) / T)), the chunk where the running mass reaches u * total;
    that chunk's program scans its tokens for the first whose running mass reaches it (or,
@@ -47,7 +52,7 @@ program per row. Every row kind reads its logits a few times, in parallel over i
    chunk 0 takes the argmax. The owner writes the output row, ``last_token[slot]`` and the
    penalty count of the sampled token.
 
-Plain temperature is then two passes over the logits (steps 1 and 7), min-p alone three,
+Plain temperature is then two passes over the logits (steps 1 and 9), min-p alone three,
 a row with a top-k or a top-p four, five where it refines a window (one more where min-p
 cuts into the tokens above the candidates, or exact passes found the threshold). The
 batch's mode says whether any row has a top-k or top-p (``SamplerMode.filters``) or a min-p
@@ -78,6 +83,13 @@ TOKENS_PER_PROGRAM = 8192  # tokens of a row each program of the row x chunk ker
 TILE = 2048  # tokens a program holds at once
 BUF = 4096  # candidates a row's program sorts in registers (SMALL_BUF when they fit it)
 SMALL_BUF = 1024
+# Warps of a row x chunk program and of a row's solve program (its sort). Swept on an H100
+# (V = 128,256, batches 32 and 128): 8 warps per program were 9-14% slower at batch 128;
+# 4,096-token programs slower at 128, 16,384-token ones 3-4% faster there on filtered rows
+# but up to 50% slower at 32; 1,024-, 4,096- and 8,192-token tiles no faster than 2,048;
+# 4 solve warps slower, 16 within 1%.
+WARPS = 4
+SOLVE_WARPS = 8
 # Gap bins of h = (z_max - z) / T >= 0 by its float bits (in its order, so a bin's tokens
 # are a range of z). Coarse: exponent and 3 mantissa bits, from 2^-9 (bin 0 below) over 16
 # octaves (bin 127: h >= 112, e = exp(-h) < 1e-48). A refined window of w coarse bins splits
@@ -401,44 +413,71 @@ def fine_plan(hist_ptr, chist_ptr, cbefore_ptr, row, C, a, s, last, k, has_k, to
 
 
 @triton.jit
-def refine_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, cnorm_ptr, chist_ptr,
-                  plan_ptr, hist_ptr, cbefore_ptr, V, C, PENALTIES: tl.constexpr,
-                  PER_PROGRAM: tl.constexpr, TILE: tl.constexpr, CP2: tl.constexpr,
-                  SMALL_BUF: tl.constexpr):
-    """Rows with a top-k or a top-p: the coarse plan (every program computes it, chunk 0
-    stores it); where its candidates pass the small sort, the chunk's histogram of a refined
-    window (coarse bins lo .. bk in NB bins of 2^s bits) and the chunk's exact mass before
-    the window."""
+def plan_kernel(rows_ptr, cmax_ptr, cbad_ptr, cnorm_ptr, chist_ptr, hist_ptr, cbefore_ptr,
+                plan_ptr, coff_ptr, V, C, FINE: tl.constexpr, CP2: tl.constexpr,
+                SMALL_BUF: tl.constexpr):
+    """One program per row with a top-k or a top-p: its plan, made once between two passes
+    (their programs load it). Coarse (after the histograms): the bins that must hold the
+    threshold, and a refined window over coarse bins lo .. bk where those hold more
+    candidates than the small sort. Fine (after the window's histograms): the window's plan,
+    then each chunk's offset in the row's candidate buffer (the candidates before it)."""
     row = tl.program_id(0).to(tl.int64)
-    c = tl.program_id(1)
     zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
     if sampling_row(rows_ptr, row) & ~bad & filtered(rows_ptr, row, V):
         invt = real(rows_ptr, row, F_INV_TEMPERATURE)
         k = word(rows_ptr, row, F_TOP_K)
+        top_p = real(rows_ptr, row, F_TOP_P)
         total = tl.sum(chunk_masses(cmax_ptr, cnorm_ptr, row, C, zmax, invt, CP2), axis=0)
-        lo, hi, bk, n, n_skip, n_mid = coarse_plan(chist_ptr, row, C, k, k < V,
-                                                   real(rows_ptr, row, F_TOP_P), total, CP2)
-        refined = n > SMALL_BUF  # a window of few candidates costs less than a large sort
-        s = window_shift(lo, bk)
-        if c == 0:
-            _store_plan(plan_ptr, row, refined, lo, s, bk, lo, hi, bk, n, n_skip, n_mid)
-        if refined:
-            pen = has_penalties(rows_ptr, row)
-            counts = tl.zeros((NB,), tl.int32)
-            before = tl.full((), 0.0, tl.float32)
-            for t in range(0, PER_PROGRAM, TILE):
-                offs = c * PER_PROGRAM + t + tl.arange(0, TILE)
-                mask = offs < V
-                z = load_z(l_ptr, l_stride, w_ptr, pen, row, offs, mask, V, PENALTIES)
-                d = (z - zmax) * invt
-                hb = gap_bits(-d)
-                coarse = coarse_bin(hb)
-                before += tl.sum(tl.where(mask & (coarse < lo), tl.exp(d), 0.0), axis=0)
-                inside = mask & (coarse >= lo) & (coarse <= bk)
-                window = (hb >> s) - ((lo + COARSE_BASE - 1) << (20 - s))
-                counts += tl.histogram(tl.where(inside, window, 0), NB, mask=inside)
-            tl.store(hist_ptr + (row * C + c) * NB + tl.arange(0, NB), counts.to(tl.int16))
-            tl.store(cbefore_ptr + row * C + c, before)
+        if FINE:
+            refined, a, s, last, lo, hi, bk, n, n_skip, n_mid = _load_plan(plan_ptr, row)
+            if refined:
+                lo, hi, bk, n, n_skip, n_mid = fine_plan(hist_ptr, chist_ptr, cbefore_ptr, row,
+                                                         C, a, s, last, k, k < V, top_p, total,
+                                                         CP2)
+                _store_plan(plan_ptr, row, refined, a, s, last, lo, hi, bk, n, n_skip, n_mid)
+            bins = tl.arange(0, NB)
+            cand_bin = ((bins >= lo) & (bins <= hi)) | (bins == bk)
+            counts = _chunk_counts(tl.where(refined, hist_ptr, chist_ptr), row, C, C, CP2)
+            per_chunk = tl.sum(tl.where(cand_bin[None, :], counts, 0), axis=1)  # (CP2,)
+            ch = tl.arange(0, CP2)
+            tl.store(coff_ptr + row * C + ch, tl.cumsum(per_chunk, axis=0) - per_chunk,
+                     mask=ch < C)
+        else:
+            lo, hi, bk, n, n_skip, n_mid = coarse_plan(chist_ptr, row, C, k, k < V, top_p,
+                                                       total, CP2)
+            # a window of few candidates costs less than a large sort
+            _store_plan(plan_ptr, row, n > SMALL_BUF, lo, window_shift(lo, bk), bk, lo, hi, bk,
+                        n, n_skip, n_mid)
+
+
+@triton.jit
+def refine_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, plan_ptr, hist_ptr,
+                  cbefore_ptr, V, C, PENALTIES: tl.constexpr, PER_PROGRAM: tl.constexpr,
+                  TILE: tl.constexpr, CP2: tl.constexpr):
+    """Rows whose coarse plan refines a window: the chunk's histogram of the window (coarse
+    bins a .. last in NB bins of 2^s bits) and the chunk's exact mass before it."""
+    row = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1)
+    refined, a, s, last, _, _, _, _, _, _ = _load_plan(plan_ptr, row)
+    if refined:  # only a filtered sampling row with finite logits has a plan
+        zmax = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)[0]
+        invt = real(rows_ptr, row, F_INV_TEMPERATURE)
+        pen = has_penalties(rows_ptr, row)
+        counts = tl.zeros((NB,), tl.int32)
+        before = tl.zeros((TILE,), tl.float32)  # per lane: one reduction at the end
+        for t in range(0, PER_PROGRAM, TILE):
+            offs = c * PER_PROGRAM + t + tl.arange(0, TILE)
+            mask = offs < V
+            z = load_z(l_ptr, l_stride, w_ptr, pen, row, offs, mask, V, PENALTIES)
+            d = (z - zmax) * invt
+            hb = gap_bits(-d)
+            coarse = coarse_bin(hb)
+            before += tl.where(mask & (coarse < a), tl.exp(d), 0.0)
+            inside = mask & (coarse >= a) & (coarse <= last)
+            window = (hb >> s) - ((a + COARSE_BASE - 1) << (20 - s))
+            counts += tl.histogram(tl.where(inside, window, 0), NB, mask=inside)
+        tl.store(hist_ptr + (row * C + c) * NB + tl.arange(0, NB), counts.to(tl.int16))
+        tl.store(cbefore_ptr + row * C + c, tl.sum(before, axis=0))
 
 
 @triton.jit
@@ -468,37 +507,24 @@ def _load_plan(plan_ptr, row):
 
 
 @triton.jit
-def gather_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, cnorm_ptr, chist_ptr,
-                  hist_ptr, cbefore_ptr, plan_ptr, bufz_ptr, cabove_ptr, cmid_ptr, V, C,
-                  PENALTIES: tl.constexpr, PER_PROGRAM: tl.constexpr, TILE: tl.constexpr,
-                  CP2: tl.constexpr, BUF: tl.constexpr):
-    """Rows with a top-k or a top-p: the final plan (a refined row's from its window, every
-    program computing it, chunk 0 storing it); the chunk's candidates (z of its tokens in
-    bins lo .. hi and bk) into the row's buffer in token order at the chunk's offset (no
-    atomics) when they all fit; the chunk's exact mass before bin lo and between hi and bk."""
+def gather_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, plan_ptr, coff_ptr,
+                  bufz_ptr, cabove_ptr, cmid_ptr, V, C, PENALTIES: tl.constexpr,
+                  PER_PROGRAM: tl.constexpr, TILE: tl.constexpr, CP2: tl.constexpr,
+                  BUF: tl.constexpr):
+    """Rows with a top-k or a top-p, on their final plan: the chunk's candidates (z of its
+    tokens in bins lo .. hi and bk) into the row's buffer in token order from the chunk's
+    offset (no atomics) when they all fit; the chunk's exact mass before bin lo and between
+    hi and bk."""
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
     zmax, bad = row_max_bad(cmax_ptr, cbad_ptr, row, C, CP2)
     if sampling_row(rows_ptr, row) & ~bad & filtered(rows_ptr, row, V):
         invt = real(rows_ptr, row, F_INV_TEMPERATURE)
-        refined, a, s, last, lo, hi, bk, n, n_skip, n_mid = _load_plan(plan_ptr, row)
-        if refined:
-            k = word(rows_ptr, row, F_TOP_K)
-            total = tl.sum(chunk_masses(cmax_ptr, cnorm_ptr, row, C, zmax, invt, CP2), axis=0)
-            lo, hi, bk, n, n_skip, n_mid = fine_plan(hist_ptr, chist_ptr, cbefore_ptr, row, C,
-                                                     a, s, last, k, k < V,
-                                                     real(rows_ptr, row, F_TOP_P), total, CP2)
-            if c == 0:
-                _store_plan(plan_ptr, row, refined, a, s, last, lo, hi, bk, n, n_skip, n_mid)
-        # this chunk's offset: the candidates of the chunks before it
-        bins = tl.arange(0, NB)
-        cand_bin = ((bins >= lo) & (bins <= hi)) | (bins == bk)
-        counts_ptr = tl.where(refined, hist_ptr, chist_ptr)
-        off = tl.sum(tl.sum(tl.where(cand_bin[None, :], _chunk_counts(counts_ptr, row, C, c, CP2),
-                                     0), axis=1), axis=0)
+        refined, a, s, _, lo, hi, bk, n, _, _ = _load_plan(plan_ptr, row)
+        off = tl.load(coff_ptr + row * C + c)
         pen = has_penalties(rows_ptr, row)
-        above = tl.full((), 0.0, tl.float32)
-        mid = tl.full((), 0.0, tl.float32)
+        above = tl.zeros((TILE,), tl.float32)  # per lane: one reduction at the end
+        mid = tl.zeros((TILE,), tl.float32)
         for t in range(0, PER_PROGRAM, TILE):
             offs = c * PER_PROGRAM + t + tl.arange(0, TILE)
             mask = offs < V
@@ -506,15 +532,15 @@ def gather_kernel(l_ptr, l_stride, w_ptr, rows_ptr, cmax_ptr, cbad_ptr, cnorm_pt
             d = (z - zmax) * invt
             e = tl.exp(d)
             b = bin_index(gap_bits(-d), refined, a, s)
-            above += tl.sum(tl.where(mask & (b < lo), e, 0.0), axis=0)
-            mid += tl.sum(tl.where(mask & (b > hi) & (b < bk), e, 0.0), axis=0)
+            above += tl.where(mask & (b < lo), e, 0.0)
+            mid += tl.where(mask & (b > hi) & (b < bk), e, 0.0)
             if n <= BUF:
                 cand = mask & (((b >= lo) & (b <= hi)) | (b == bk))
                 pos = row * BUF + off + tl.cumsum(cand.to(tl.int32), axis=0) - 1
                 tl.store(bufz_ptr + pos, z, mask=cand)
                 off += tl.sum(cand.to(tl.int32), axis=0)
-        tl.store(cabove_ptr + row * C + c, above)
-        tl.store(cmid_ptr + row * C + c, mid)
+        tl.store(cabove_ptr + row * C + c, tl.sum(above, axis=0))
+        tl.store(cmid_ptr + row * C + c, tl.sum(mid, axis=0))
 
 
 @triton.jit
@@ -787,11 +813,11 @@ def _launch(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
     # and the NaN / +inf flag
     cmax, cnorm, ckept, cbefore, cabove, cmid = torch.empty(6, b, c, dtype=torch.float32,
                                                             device=dev)
-    carg, cbad = torch.empty(2, b, c, dtype=torch.int32, device=dev)
+    carg, cbad, coff = torch.empty(3, b, c, dtype=torch.int32, device=dev)  # coff: buffer offset
     tau = torch.empty(b, dtype=torch.float32, device=dev)
     sampling = not mode.all_greedy
     grid = (b, c)
-    kw = dict(PENALTIES=pen, PER_PROGRAM=TOKENS_PER_PROGRAM, TILE=TILE, num_warps=4,
+    kw = dict(PENALTIES=pen, PER_PROGRAM=TOKENS_PER_PROGRAM, TILE=TILE, num_warps=WARPS,
               enable_fp_fusion=False)
     row = (logits, logits.stride(0), w, p.block.contiguous())  # (B, ROW_WORDS): one pointer
     stats_kernel[grid](*row[:3], counts, prompt, row[3], cmax, carg, cbad, cnorm, v, c,
@@ -804,15 +830,19 @@ def _launch(logits: torch.Tensor, p: RowParams, mode: SamplerMode,
         if mode.filters or mode.min_p:
             histogram_kernel[grid](*row, cmax, cbad, chist, ckept, v, c, CP2=cp2, **kw)
         if mode.filters:
-            refine_kernel[grid](*row, cmax, cbad, cnorm, chist, plan, hist, cbefore, v, c,
-                                CP2=cp2, SMALL_BUF=SMALL_BUF, **kw)
-            gather_kernel[grid](*row, cmax, cbad, cnorm, chist, hist, cbefore, plan, bufz,
-                                cabove, cmid, v, c, CP2=cp2, BUF=BUF, **kw)
+            plans = (row[3], cmax, cbad, cnorm, chist, hist, cbefore, plan, coff, v, c)
+            plan_kernel[(b,)](*plans, FINE=False, CP2=cp2, SMALL_BUF=SMALL_BUF, num_warps=WARPS,
+                              enable_fp_fusion=False)
+            refine_kernel[grid](*row, cmax, cbad, plan, hist, cbefore, v, c, CP2=cp2, **kw)
+            plan_kernel[(b,)](*plans, FINE=True, CP2=cp2, SMALL_BUF=SMALL_BUF, num_warps=WARPS,
+                              enable_fp_fusion=False)
+            gather_kernel[grid](*row, cmax, cbad, plan, coff, bufz, cabove, cmid, v, c, CP2=cp2,
+                                BUF=BUF, **kw)
             solve_kernel[(b,)](*row, cmax, cbad, cnorm, plan, bufz, cabove, cmid, chist, hist,
                                ckept, tau, v, c,
                                PENALTIES=pen, TILE=TILE, CP2=cp2, BUF=BUF,
                                SMALL_BUF=SMALL_BUF, MID_BUF=min(2 * SMALL_BUF, BUF),
-                               num_warps=8, enable_fp_fusion=False)
+                               num_warps=SOLVE_WARPS, enable_fp_fusion=False)
             kept_kernel[grid](*row, cmax, cbad, tau, plan, ckept, v, c, CP2=cp2, **kw)
         if paths is not None:
             paths.copy_(plan[:, 10])
