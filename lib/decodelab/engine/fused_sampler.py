@@ -8,9 +8,10 @@ Row x chunk kernels run one program per TOKENS_PER_PROGRAM tokens of a row; row 
 program per row. Every row kind reads its logits a few times, in parallel over its chunks:
 
 1. ``stats_kernel`` (row x chunk): the penalised logits z (stored for rows with penalties
-   only), the chunk's maximum m_c, its first argmax, a NaN / +inf flag, and for sampling
-   rows the chunk's mass against its own maximum, sum of exp((z - m_c) / T) (online, tile by
-   tile).
+   only), the chunk's maximum m_c, its first argmax, a NaN / +inf flag (each lane keeping
+   its own over the tiles: one reduction per program), and for sampling rows the chunk's
+   mass against its maximum, sum of exp((z - m_c) / T) (a second loop over the tiles just
+   read).
 2. ``histogram_kernel`` (row x chunk): min-p alone: the chunk's kept mass (e >= min_p, with
    e = exp((z - z_max) / T)). Rows with a top-k or a top-p: the count of the chunk's tokens in
    each of NB coarse gap bins of h = (z_max - z) / T (its float bits: exponent and 3 mantissa
@@ -196,20 +197,21 @@ def load_z(l_ptr, l_stride, w_ptr, pen, row, offs, mask, V, PENALTIES: tl.conste
 def stats_kernel(l_ptr, l_stride, w_ptr, counts_ptr, prompt_ptr, rows_ptr, cmax_ptr, carg_ptr,
                  cbad_ptr, cnorm_ptr, V, C, PENALTIES: tl.constexpr, SAMPLING: tl.constexpr,
                  PER_PROGRAM: tl.constexpr, TILE: tl.constexpr):
+    """Each lane keeps its own maximum, first argmax and flag over the tiles (one reduction
+    per program, not per tile); a sampling row then sums its chunk's mass against the
+    chunk's maximum in a second loop over the same tiles (cached: just read)."""
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
-    best = tl.full((), float("-inf"), tl.float32)
-    arg = tl.full((), 0, tl.int32)
-    bad = tl.full((), 0, tl.int32)
-    norm = tl.full((), 0.0, tl.float32)  # sum of exp((z - best) / T) over the tiles so far
-    sampling = sampling_row(rows_ptr, row)
-    invt = real(rows_ptr, row, F_INV_TEMPERATURE)
+    best = tl.full((TILE,), float("-inf"), tl.float32)
+    arg = tl.zeros((TILE,), tl.int32)
+    bad = tl.zeros((TILE,), tl.int32)
+    pen = has_penalties(rows_ptr, row)
     for t in range(0, PER_PROGRAM, TILE):
         offs = c * PER_PROGRAM + t + tl.arange(0, TILE)
         mask = offs < V
         z = tl.load(l_ptr + row * l_stride + offs, mask=mask, other=float("-inf")).to(tl.float32)
         if PENALTIES:  # noqa: SIM102 - a compile-time branch around a run-time one
-            if has_penalties(rows_ptr, row):
+            if pen:
                 slot = word(rows_ptr, row, F_SLOT).to(tl.int64)
                 rep = real(rows_ptr, row, F_REPETITION_PENALTY)
                 cnt = tl.load(counts_ptr + slot * V + offs, mask=mask, other=0)
@@ -219,20 +221,25 @@ def stats_kernel(l_ptr, l_stride, w_ptr, counts_ptr, prompt_ptr, rows_ptr, cmax_
                      - real(rows_ptr, row, F_PRESENCE_PENALTY) * (cnt > 0).to(tl.float32))
                 tl.store(w_ptr + row * V + offs, z, mask=mask)
         z = tl.where(z == 0.0, 0.0, z)
-        bad = tl.maximum(bad, tl.max(((z != z) | (z == float("inf"))).to(tl.int32), axis=0))
-        m = tl.max(z, axis=0)
-        a = tl.argmax(z, axis=0, tie_break_left=True)
-        arg = tl.where(m > best, c * PER_PROGRAM + t + a, arg)
-        if SAMPLING:  # noqa: SIM102 - a compile-time branch around a run-time one
-            if sampling:  # the chunk's mass against its running maximum (online softmax)
-                new = tl.maximum(best, m)
-                scale = tl.where(new == float("-inf"), 0.0, tl.exp((best - new) * invt))
-                add = tl.where(mask & (new > float("-inf")), tl.exp((z - new) * invt), 0.0)
-                norm = norm * scale + tl.sum(add, axis=0)
-        best = tl.maximum(best, m)
-    tl.store(cmax_ptr + row * C + c, best)
-    tl.store(carg_ptr + row * C + c, arg)
-    tl.store(cbad_ptr + row * C + c, bad)
+        bad = tl.maximum(bad, ((z != z) | (z == float("inf"))).to(tl.int32))
+        arg = tl.where(z > best, offs, arg)  # strictly: a lane keeps its first maximum
+        best = tl.maximum(best, z)
+    m = tl.max(best, axis=0)
+    tl.store(cmax_ptr + row * C + c, m)
+    tl.store(carg_ptr + row * C + c, tl.min(tl.where(best == m, arg, V), axis=0))
+    tl.store(cbad_ptr + row * C + c, tl.max(bad, axis=0))
+    norm = tl.full((), 0.0, tl.float32)  # sum of exp((z - m) / T) over the chunk
+    if SAMPLING:  # noqa: SIM102 - a compile-time branch around a run-time one
+        if sampling_row(rows_ptr, row) & (m > float("-inf")):
+            invt = real(rows_ptr, row, F_INV_TEMPERATURE)
+            tl.debug_barrier()  # a penalised row reads back the z it stored above
+            mass = tl.zeros((TILE,), tl.float32)
+            for t in range(0, PER_PROGRAM, TILE):
+                offs = c * PER_PROGRAM + t + tl.arange(0, TILE)
+                mask = offs < V
+                z = load_z(l_ptr, l_stride, w_ptr, pen, row, offs, mask, V, PENALTIES)
+                mass += tl.where(mask, tl.exp((z - m) * invt), 0.0)
+            norm = tl.sum(mass, axis=0)
     tl.store(cnorm_ptr + row * C + c, norm)
 
 
